@@ -1,0 +1,385 @@
+// Command taskgate is a reverse proxy that adds the MCP 2025-11-25 tasks
+// feature to an MCP server that speaks Streamable HTTP but has no tasks.
+//
+// Usage:
+//
+//	taskgate --upstream http://127.0.0.1:3000/mcp [flags]
+//	taskgate version
+//
+// Every flag can also be set through the environment variable named in
+// --help (TASKGATE_ + the flag in upper case with '-' as '_'); a flag given
+// on the command line wins.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+
+	"github.com/taskgate/taskgate/policy"
+	"github.com/taskgate/taskgate/proxy"
+	"github.com/taskgate/taskgate/taskstore"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = ""
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// options are the parsed flags.
+type options struct {
+	listen, upstream, redisURL, configPath, adminListen string
+	logLevel, logFormat                                 string
+	ownerKey, allowedOrigins                            string
+	rewriteHost                                         bool
+	maxBodySize, maxResultSize                          int
+	maxTasksPerOwner, listPageSize                      int
+	streamIdle, streamLifetime, upstreamIdleConn        time.Duration
+	keepAlive, lease, shutdownGrace, storeTimeout       time.Duration
+}
+
+func versionString() string {
+	v := version
+	if v == "" {
+		v = "devel"
+		if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			v = bi.Main.Version
+		}
+	}
+	return "taskgate " + v
+}
+
+// newFlagSet defines the flags; each gets an environment variable.
+func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("taskgate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address the proxy listens on")
+	fs.StringVar(&o.upstream, "upstream", "", "URL of the upstream MCP endpoint, e.g. http://127.0.0.1:3000/mcp (required)")
+	fs.StringVar(&o.redisURL, "redis", "", "task store: redis://, rediss://, redis+cluster:// or redis+sentinel:// URL; empty = embedded in-process store (single process only)")
+	fs.StringVar(&o.configPath, "config", "", "policy file (YAML); empty = defaults (every tool optional)")
+	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:9090", "address of /healthz, /readyz and /metrics; empty disables")
+	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&o.logFormat, "log-format", "json", "log format: json or console")
+	fs.StringVar(&o.ownerKey, "owner-key", "", "secret (>= 16 bytes) keying task owners and list cursors; replicas sharing a Redis must share it; empty = random per process")
+	fs.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated Origin allow-list (403 otherwise); empty = not checked by taskgate")
+	fs.BoolVar(&o.rewriteHost, "rewrite-host", false, "send the upstream's host as Host instead of the client's")
+	fs.IntVar(&o.maxBodySize, "max-body-size", 4<<20, "maximum request body in bytes (413 above)")
+	fs.IntVar(&o.maxResultSize, "max-result-size", 32<<20, "maximum upstream result of a task in bytes (the task fails above)")
+	fs.IntVar(&o.maxTasksPerOwner, "max-tasks-per-owner", 100, "maximum unfinished tasks per owner; -1 = unlimited")
+	fs.IntVar(&o.listPageSize, "list-page-size", 50, "tasks/list page size")
+	fs.DurationVar(&o.streamIdle, "stream-idle-timeout", 10*time.Minute, "cut an upstream answer that sends nothing for this long")
+	fs.DurationVar(&o.streamLifetime, "stream-max-lifetime", time.Hour, "maximum lifetime of one proxied SSE stream")
+	fs.DurationVar(&o.upstreamIdleConn, "upstream-idle-conn", 3*time.Second, "close idle upstream keep-alive connections after this (keep below the upstream's idle limit)")
+	fs.DurationVar(&o.keepAlive, "keepalive", 15*time.Second, "interval of SSE keep-alive comments on tasks/result waits")
+	fs.DurationVar(&o.lease, "lease", 15*time.Second, "task lease: a task whose runner stops renewing is failed by another replica after this")
+	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long running task calls may finish before they are cancelled and failed")
+	fs.DurationVar(&o.storeTimeout, "store-timeout", 3*time.Second, "bound on each task store operation")
+	fs.Usage = func() {
+		fmt.Fprintf(stderr, "%s: MCP tasks for MCP servers that lack them.\n\n", versionString())
+		fmt.Fprintf(stderr, "Usage:\n  taskgate --upstream URL [flags]\n  taskgate version\n\nFlags (each also settable as the environment variable shown):\n")
+		fs.VisitAll(func(f *flag.Flag) {
+			def := ""
+			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+				def = " (default " + f.DefValue + ")"
+			}
+			fmt.Fprintf(stderr, "  --%s  [%s]\n      %s%s\n", f.Name, envName(f.Name), f.Usage, def)
+		})
+	}
+	return fs
+}
+
+func envName(flagName string) string {
+	return "TASKGATE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parseArgs parses flags, letting TASKGATE_* variables fill flags not given
+// on the command line.
+func parseArgs(args []string, stderr io.Writer, getenv func(string) string) (*options, error) {
+	o := &options{}
+	fs := newFlagSet(o, stderr)
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var envErr error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || envErr != nil {
+			return
+		}
+		if v := getenv(envName(f.Name)); v != "" {
+			if err := f.Value.Set(v); err != nil {
+				envErr = fmt.Errorf("%s=%q: %w", envName(f.Name), v, err)
+			}
+		}
+	})
+	if envErr != nil {
+		return nil, envErr
+	}
+	return o, o.validate()
+}
+
+func (o *options) validate() error {
+	switch {
+	case o.upstream == "":
+		return errors.New("--upstream is required (e.g. --upstream http://127.0.0.1:3000/mcp)")
+	case o.logFormat != "json" && o.logFormat != "console":
+		return fmt.Errorf("--log-format: %q is not json or console", o.logFormat)
+	case o.ownerKey != "" && len(o.ownerKey) < 16:
+		return errors.New("--owner-key: must be at least 16 bytes")
+	case o.maxBodySize <= 0:
+		return errors.New("--max-body-size: must be positive")
+	case o.maxResultSize <= 0:
+		return errors.New("--max-result-size: must be positive")
+	case o.listPageSize <= 0 || o.listPageSize > 1000:
+		return errors.New("--list-page-size: must be between 1 and 1000")
+	case o.maxTasksPerOwner == 0 || o.maxTasksPerOwner < -1:
+		return errors.New("--max-tasks-per-owner: must be positive, or -1 for unlimited")
+	}
+	for name, d := range map[string]time.Duration{
+		"--stream-idle-timeout": o.streamIdle, "--stream-max-lifetime": o.streamLifetime,
+		"--upstream-idle-conn": o.upstreamIdleConn, "--keepalive": o.keepAlive, "--lease": o.lease,
+		"--store-timeout": o.storeTimeout,
+	} {
+		if d <= 0 {
+			return fmt.Errorf("%s: must be positive", name)
+		}
+	}
+	if o.shutdownGrace < 0 {
+		return errors.New("--shutdown-grace: must not be negative")
+	}
+	if _, err := zerolog.ParseLevel(o.logLevel); err != nil || o.logLevel == "" {
+		return fmt.Errorf("--log-level: %q is not debug, info, warn or error", o.logLevel)
+	}
+	return nil
+}
+
+func newLogger(o *options, w io.Writer) zerolog.Logger {
+	lvl, _ := zerolog.ParseLevel(o.logLevel)
+	if o.logFormat == "console" {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "version" {
+		fmt.Fprintln(stdout, versionString())
+		return 0
+	}
+	o, err := parseArgs(args, stderr, os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "taskgate: %v\n", err)
+		return 2
+	}
+	log := newLogger(o, stderr)
+
+	pol := policy.Default()
+	if o.configPath != "" {
+		if pol, err = policy.Load(o.configPath); err != nil {
+			fmt.Fprintf(stderr, "taskgate: %v\n", err)
+			return 2
+		}
+	}
+	store, closeStore, err := openStore(o, log)
+	if err != nil {
+		fmt.Fprintf(stderr, "taskgate: %v\n", err)
+		return 1
+	}
+	defer closeStore()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	h, err := proxy.New(proxy.Config{
+		Upstream:          o.upstream,
+		RewriteHost:       o.rewriteHost,
+		MaxBodySize:       o.maxBodySize,
+		MaxResultSize:     o.maxResultSize,
+		StreamIdleTimeout: o.streamIdle,
+		StreamMaxLifetime: o.streamLifetime,
+		UpstreamIdleConn:  o.upstreamIdleConn,
+		OwnerKey:          []byte(o.ownerKey),
+		ListPageSize:      o.listPageSize,
+		KeepAlive:         o.keepAlive,
+		Lease:             o.lease,
+		MaxTasksPerOwner:  o.maxTasksPerOwner,
+		AllowedOrigins:    splitList(o.allowedOrigins),
+		StoreTimeout:      o.storeTimeout,
+	}, pol, store, log, proxy.NewMetrics(reg))
+	if err != nil {
+		fmt.Fprintf(stderr, "taskgate: %v\n", err)
+		return 2
+	}
+
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		fmt.Fprintf(stderr, "taskgate: --listen %s: %v\n", o.listen, err)
+		return 1
+	}
+	srv := &fasthttp.Server{
+		Handler:               h.ServeFastHTTP,
+		ErrorHandler:          h.ErrorHandler,
+		Name:                  "",
+		NoDefaultServerHeader: true,
+		NoDefaultDate:         true,
+		NoDefaultContentType:  true,
+		MaxRequestBodySize:    o.maxBodySize,
+		ReadTimeout:           time.Minute, // reading one request; never the response (STYLE pitfall 5)
+		IdleTimeout:           2 * time.Minute,
+		CloseOnShutdown:       true,
+		Logger:                fasthttpLogger{log},
+	}
+	var admin *http.Server
+	if o.adminListen != "" {
+		aln, err := net.Listen("tcp", o.adminListen)
+		if err != nil {
+			ln.Close()
+			fmt.Fprintf(stderr, "taskgate: --admin-listen %s: %v\n", o.adminListen, err)
+			return 1
+		}
+		admin = &http.Server{Handler: adminMux(reg, store, h, o), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = admin.Serve(aln) }()
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(ln) }()
+	log.Info().Str("listen", ln.Addr().String()).Str("upstream", o.upstream).
+		Str("store", storeName(o)).Str("version", versionString()).Msg("taskgate listening")
+
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	code := 0
+	select {
+	case s := <-sig:
+		log.Info().Str("signal", s.String()).Dur("grace", o.shutdownGrace).Msg("shutting down")
+	case err := <-serveErr:
+		log.Error().Err(err).Msg("server stopped")
+		code = 1
+	}
+	signal.Stop(sig)
+
+	// Stop accepting, let in-flight requests and background calls finish
+	// within the grace period; calls still running then are cancelled
+	// upstream and their tasks failed with a clear message.
+	ctx, cancel := context.WithTimeout(context.Background(), o.shutdownGrace)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		_ = srv.ShutdownWithContext(ctx)
+		close(done)
+	}()
+	_ = h.Close(ctx)
+	<-done
+	if admin != nil {
+		_ = admin.Close()
+	}
+	log.Info().Msg("stopped")
+	return code
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func storeName(o *options) string {
+	if o.redisURL == "" {
+		return "embedded"
+	}
+	return "redis"
+}
+
+// openStore connects the task store: Redis when --redis is set (it need not
+// be up yet: taskgate starts and reports not ready), else the embedded one.
+func openStore(o *options, log zerolog.Logger) (taskstore.Store, func(), error) {
+	cfg := taskstore.Config{CursorKey: []byte(o.ownerKey)}
+	if len(cfg.CursorKey) == 0 {
+		cfg.CursorKey = nil
+	}
+	if o.redisURL == "" {
+		s, closer, err := taskstore.NewEmbedded(cfg)
+		if err != nil {
+			return nil, nil, fmt.Errorf("embedded store: %w", err)
+		}
+		log.Warn().Msg("using the embedded task store: tasks live in this process only; set --redis for replicas and restarts")
+		return s, closer, nil
+	}
+	rdb, err := taskstore.Open(o.redisURL)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--redis: %w", err)
+	}
+	s, err := taskstore.NewRedis(rdb, cfg)
+	if err != nil {
+		rdb.Close()
+		return nil, nil, fmt.Errorf("--redis: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), o.storeTimeout)
+	defer cancel()
+	if err := s.Ping(ctx); err != nil {
+		log.Warn().Err(err).Msg("task store not reachable yet; pass-through works, task operations fail until it is")
+	}
+	return s, func() { _ = s.Close(); _ = rdb.Close() }, nil
+}
+
+// adminMux serves /healthz (alive), /readyz (upstream and store reachable)
+// and /metrics.
+func adminMux(reg *prometheus.Registry, store taskstore.Store, h *proxy.Handler, o *options) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		var problems []string
+		if err := h.PingUpstream(ctx); err != nil {
+			problems = append(problems, "upstream: "+err.Error())
+		}
+		if err := store.Ping(ctx); err != nil {
+			problems = append(problems, "store: "+err.Error())
+		}
+		if len(problems) > 0 {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, strings.Join(problems, "\n")+"\n")
+			return
+		}
+		_, _ = io.WriteString(w, "ready\n")
+	})
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// fasthttpLogger routes fasthttp's own messages to zerolog.
+type fasthttpLogger struct{ l zerolog.Logger }
+
+func (f fasthttpLogger) Printf(format string, args ...any) {
+	f.l.Warn().Str("component", "fasthttp").Msg(fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,526 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+
+	"github.com/taskgate/taskgate/policy"
+	"github.com/taskgate/taskgate/taskstore"
+)
+
+// Config configures a Handler. Zero fields take the documented defaults.
+type Config struct {
+	// Upstream is the URL of the upstream MCP endpoint, e.g.
+	// http://127.0.0.1:3000/mcp. Required. POSTs to its path are inspected;
+	// every other request passes through untouched.
+	Upstream string
+	// RewriteHost sends the upstream's host in the Host header instead of
+	// the client's. Default false: Host and Origin reach the upstream as the
+	// client sent them, so the upstream's DNS-rebinding protection works.
+	RewriteHost bool
+	// MaxBodySize bounds request bodies (413 above it). Default 4 MiB.
+	MaxBodySize int
+	// MaxResultSize bounds a task's upstream result and any upstream answer
+	// taskgate must buffer to rewrite (initialize, tools/list). Default 32 MiB.
+	MaxResultSize int
+	// StreamIdleTimeout cuts an upstream answer that sends nothing for this
+	// long (SSE streams and slow JSON answers alike). Default 10m.
+	StreamIdleTimeout time.Duration
+	// StreamMaxLifetime caps how long one proxied answer (typically an SSE
+	// stream) may last; the client then resumes with Last-Event-ID.
+	// Default 1h.
+	StreamMaxLifetime time.Duration
+	// UpstreamIdleConn is how long an idle upstream keep-alive connection is
+	// kept; keep it below the upstream's own idle limit (STYLE pitfall 13).
+	// Default 3s.
+	UpstreamIdleConn time.Duration
+	// DialTimeout bounds connecting to the upstream. Default 5s.
+	DialTimeout time.Duration
+	// OwnerKey keys the hash that turns an Authorization header (or a
+	// session id) into a task owner. Replicas sharing a store must share it.
+	// Default: random per process (tasks then only resolve on this process).
+	OwnerKey []byte
+	// ListPageSize is the tasks/list page size. Default 50.
+	ListPageSize int
+	// KeepAlive is the interval of SSE comments on long tasks/result waits.
+	// Default 15s.
+	KeepAlive time.Duration
+	// Lease is the runner's lease on a task; a task whose runner stops
+	// renewing is failed by another replica after it. Default 15s.
+	Lease time.Duration
+	// MaxTasksPerOwner caps an owner's unfinished tasks. Default 100; <0 = none.
+	MaxTasksPerOwner int
+	// AllowedOrigins, when non-empty, answers 403 to requests whose Origin
+	// header is present and not in the list (H-02). Default: not checked
+	// (the upstream checks Origin itself).
+	AllowedOrigins []string
+	// ProcessID names this process in leases. Default: hostname + random.
+	ProcessID string
+	// StoreTimeout bounds each task-store operation done for a request.
+	// Default 3s.
+	StoreTimeout time.Duration
+}
+
+func (c *Config) setDefaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	if c.MaxBodySize <= 0 {
+		c.MaxBodySize = 4 << 20
+	}
+	if c.MaxResultSize <= 0 {
+		c.MaxResultSize = 32 << 20
+	}
+	def(&c.StreamIdleTimeout, 10*time.Minute)
+	def(&c.StreamMaxLifetime, time.Hour)
+	def(&c.UpstreamIdleConn, 3*time.Second)
+	def(&c.DialTimeout, 5*time.Second)
+	def(&c.KeepAlive, 15*time.Second)
+	def(&c.Lease, 15*time.Second)
+	def(&c.StoreTimeout, 3*time.Second)
+	if c.ListPageSize <= 0 {
+		c.ListPageSize = 50
+	}
+	if c.MaxTasksPerOwner == 0 {
+		c.MaxTasksPerOwner = 100
+	}
+	if len(c.OwnerKey) == 0 {
+		c.OwnerKey = make([]byte, 32)
+		_, _ = rand.Read(c.OwnerKey)
+	}
+	if c.ProcessID == "" {
+		host, _ := os.Hostname()
+		b := make([]byte, 4)
+		_, _ = rand.Read(b)
+		c.ProcessID = host + "-" + hex.EncodeToString(b)
+	}
+}
+
+// Handler proxies MCP traffic to one upstream and serves the tasks feature
+// in front of it. It is safe for concurrent use. Close stops it.
+type Handler struct {
+	cfg    Config
+	pol    *policy.Policy
+	store  taskstore.Store
+	log    zerolog.Logger
+	m      *Metrics
+	hc     *fasthttp.HostClient
+	dialer net.Dialer
+
+	upAddr  string // host:port
+	upHost  string // host[:port] as in the URL
+	upTLS   bool
+	mcpPath []byte
+
+	origins map[string]bool
+
+	// native is set once the upstream declared tasks itself: from then on
+	// taskgate does nothing task-related (P-01).
+	native     atomic.Bool
+	nativeOnce sync.Once
+
+	versions versionCache
+	tools    toolLimiter
+
+	root   context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // runners and result streams
+	bg     sync.WaitGroup // housekeeping loops
+	closed atomic.Bool
+}
+
+// New validates cfg and returns a Handler. pol nil means policy.Default();
+// m nil means metrics are not recorded.
+func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logger, m *Metrics) (*Handler, error) {
+	cfg.setDefaults()
+	if store == nil {
+		return nil, errors.New("proxy: a task store is required")
+	}
+	if pol == nil {
+		pol = policy.Default()
+	}
+	u, err := url.Parse(cfg.Upstream)
+	if err != nil {
+		return nil, fmt.Errorf("proxy: upstream %q: %w", cfg.Upstream, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("proxy: upstream %q: scheme must be http or https", cfg.Upstream)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("proxy: upstream %q: no host", cfg.Upstream)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return nil, fmt.Errorf("proxy: upstream %q: must not have a query or fragment", cfg.Upstream)
+	}
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	h := &Handler{
+		cfg:     cfg,
+		pol:     pol,
+		store:   store,
+		log:     log,
+		m:       m,
+		upHost:  u.Host,
+		upTLS:   u.Scheme == "https",
+		mcpPath: []byte(u.EscapedPath()),
+		dialer:  net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second},
+	}
+	if len(h.mcpPath) == 0 {
+		h.mcpPath = []byte("/")
+	}
+	h.upAddr = u.Host
+	if u.Port() == "" {
+		if h.upTLS {
+			h.upAddr = net.JoinHostPort(u.Hostname(), "443")
+		} else {
+			h.upAddr = net.JoinHostPort(u.Hostname(), "80")
+		}
+	}
+	if len(cfg.AllowedOrigins) > 0 {
+		h.origins = make(map[string]bool, len(cfg.AllowedOrigins))
+		for _, o := range cfg.AllowedOrigins {
+			h.origins[strings.TrimRight(o, "/")] = true
+		}
+	}
+	h.versions.init(8192)
+	h.root, h.cancel = context.WithCancel(context.Background())
+	h.hc = &fasthttp.HostClient{
+		Addr:                          h.upAddr,
+		Name:                          "taskgate",
+		IsTLS:                         h.upTLS,
+		NoDefaultUserAgentHeader:      true,
+		DisablePathNormalizing:        true,
+		DisableHeaderNamesNormalizing: false,
+		StreamResponseBody:            true,
+		MaxIdleConnDuration:           cfg.UpstreamIdleConn,
+		MaxConns:                      4096,
+		Dial:                          h.dialIdle,
+		// Never replay a request that may have reached the upstream
+		// (STYLE pitfall 13); fasthttp only retries idempotent methods.
+		MaxIdemponentCallAttempts: 1,
+	}
+	h.bg.Add(1)
+	go h.recoverLoop()
+	return h, nil
+}
+
+// Close stops background work: runners still going are abandoned to lease
+// recovery after ctx ends (their tasks stay owned by this process until the
+// lease lapses). It waits for goroutines to return or ctx to end.
+func (h *Handler) Close(ctx context.Context) error {
+	if h.closed.Swap(true) {
+		return nil
+	}
+	done := make(chan struct{})
+	go func() { h.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		h.cancel()
+		<-done
+	}
+	h.cancel()
+	h.bg.Wait()
+	h.hc.CloseIdleConnections()
+	return nil
+}
+
+// recoverLoop fails tasks whose runner (in any process sharing the store)
+// stopped renewing its lease, at start and every half lease period.
+func (h *Handler) recoverLoop() {
+	defer h.bg.Done()
+	t := time.NewTicker(h.cfg.Lease / 2)
+	defer t.Stop()
+	for {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					h.log.Error().Interface("panic", p).Msg("lease recovery panicked")
+				}
+			}()
+			ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
+			defer cancel()
+			lost, err := h.store.Recover(ctx, h.cfg.Lease, msgLeaseLost)
+			if err != nil && h.root.Err() == nil {
+				h.log.Warn().Err(err).Msg("lease recovery failed")
+			}
+			for _, t := range lost {
+				h.m.tasks.WithLabelValues("lost").Inc()
+				h.log.Warn().Str(logTaskID, t.ID).Str(logOwner, t.Owner).Str("runner", t.Runner).
+					Msg("task failed: its runner stopped renewing the lease")
+			}
+		}()
+		select {
+		case <-h.root.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// msgLeaseLost is the statusMessage of a task whose runner vanished.
+const msgLeaseLost = "the taskgate process running this call stopped (its lease expired); the call's outcome is lost — call the tool again"
+
+// Running reports how many background task calls are in flight.
+func (h *Handler) Running() int64 { return h.m.runningNow.Load() }
+
+// dialIdle dials the upstream and wraps the connection so that every read
+// waits at most StreamIdleTimeout (fasthttp's own ReadTimeout would cover
+// the whole body and cut long SSE streams: STYLE pitfall 5).
+func (h *Handler) dialIdle(addr string) (net.Conn, error) {
+	c, err := h.dialer.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &idleConn{Conn: c, idle: h.cfg.StreamIdleTimeout, lifetime: h.cfg.StreamMaxLifetime}, nil
+}
+
+// idleConn bounds reads on an upstream connection: each read waits at most
+// idle, and an answer may last at most lifetime from the moment its request
+// was written (HTTP/1.1 without pipelining: a write starts a new exchange).
+// It is used by one goroutine at a time, as fasthttp uses connections.
+type idleConn struct {
+	net.Conn
+	idle, lifetime time.Duration
+	start          time.Time
+}
+
+func (c *idleConn) Write(p []byte) (int, error) {
+	c.start = time.Now()
+	return c.Conn.Write(p)
+}
+
+func (c *idleConn) Read(p []byte) (int, error) {
+	now := time.Now()
+	dl := now.Add(c.idle)
+	if end := c.start.Add(c.lifetime); !c.start.IsZero() && end.Before(dl) {
+		dl = end
+	}
+	if err := c.Conn.SetReadDeadline(dl); err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(p)
+}
+
+// ServeFastHTTP implements fasthttp.RequestHandler.
+func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
+	start := time.Now()
+	h.m.inflight.Inc()
+	var info reqInfo
+	defer func() {
+		h.m.inflight.Dec()
+		h.finishLog(rc, &info, start)
+	}()
+
+	if h.origins != nil {
+		if o := rc.Request.Header.Peek(fasthttp.HeaderOrigin); len(o) > 0 && !h.origins[string(o)] {
+			info.outcome = "origin_denied"
+			rc.Response.Header.SetContentType("application/json")
+			rc.SetStatusCode(fasthttp.StatusForbidden)
+			rc.SetBody(appendErrorResponse(nil, nil, codeInvalidRequest, "origin not allowed"))
+			return
+		}
+	}
+	if !bytes.Equal(rc.Path(), h.mcpPath) {
+		h.pass(rc, &info, nil)
+		return
+	}
+	if !rc.IsPost() {
+		if rc.IsGet() && !h.native.Load() {
+			if taskID, rpcID, ok := parseResultEventID(string(rc.Request.Header.Peek(headerLastEventID))); ok {
+				info.method, info.taskID = methodTasksResult, taskID
+				h.resumeResult(rc, &info, taskID, rpcID)
+				return
+			}
+		}
+		h.pass(rc, &info, nil)
+		return
+	}
+	env, err := parseEnvelope(rc.PostBody())
+	if err != nil {
+		code := codeInvalidRequest
+		if errors.Is(err, errSyntax) || errors.Is(err, errTooDeep) || errors.Is(err, errTrailing) {
+			code = codeParseError
+		}
+		info.outcome = "malformed"
+		h.httpRPCError(rc, fasthttp.StatusBadRequest, nil, code, "taskgate: "+err.Error())
+		return
+	}
+	if env.batch != nil {
+		info.method = "batch"
+		for i := range env.batch {
+			if h.intercepts(env.batch[i].method) {
+				info.outcome = "batch_refused"
+				h.httpRPCError(rc, fasthttp.StatusBadRequest, nil, codeInvalidRequest,
+					fmt.Sprintf("taskgate: %s cannot be sent in a batch", env.batch[i].method))
+				return
+			}
+		}
+		h.pass(rc, &info, nil)
+		return
+	}
+	info.method = env.method
+	if h.native.Load() && env.method != methodInitialize {
+		h.pass(rc, &info, env.id)
+		return
+	}
+	switch env.method {
+	case methodInitialize:
+		h.initialize(rc, &info, &env)
+	case methodToolsList:
+		h.toolsList(rc, &info, &env)
+	case methodToolsCall:
+		h.toolsCall(rc, &info, &env)
+	case methodTasksGet, methodTasksResult, methodTasksList, methodTasksCancel:
+		if !env.isRequest() {
+			info.outcome = "invalid"
+			h.httpRPCError(rc, fasthttp.StatusBadRequest, nil, codeInvalidRequest, "taskgate: "+env.method+" must be a request with an id")
+			return
+		}
+		h.tasksMethod(rc, &info, &env)
+	default:
+		h.pass(rc, &info, env.id)
+	}
+}
+
+// intercepts reports whether the proxy handles method itself (and so
+// refuses it inside a batch).
+func (h *Handler) intercepts(method string) bool {
+	switch method {
+	case methodInitialize, methodToolsList, methodToolsCall,
+		methodTasksGet, methodTasksResult, methodTasksList, methodTasksCancel:
+		return !h.native.Load() || method == methodInitialize
+	}
+	return false
+}
+
+// reqInfo collects what the request log line and metrics report.
+type reqInfo struct {
+	method  string
+	outcome string
+	taskID  string
+}
+
+func (h *Handler) finishLog(rc *fasthttp.RequestCtx, info *reqInfo, start time.Time) {
+	status := rc.Response.StatusCode()
+	if info.outcome == "" {
+		switch {
+		case status >= 500:
+			info.outcome = "upstream_error"
+		case status >= 400:
+			info.outcome = "http_error"
+		default:
+			info.outcome = "ok"
+		}
+	}
+	h.m.requests.WithLabelValues(metricMethod(info.method), info.outcome).Inc()
+	lvl := zerolog.InfoLevel
+	if status >= 500 {
+		lvl = zerolog.WarnLevel
+	}
+	e := h.log.WithLevel(lvl)
+	if !e.Enabled() {
+		return
+	}
+	e = e.Uint64(logReqID, rc.ID()).
+		Str(logHTTPMethod, string(rc.Method())).
+		Int(logStatus, status).
+		Str(logOutcome, info.outcome).
+		Dur(logDuration, time.Since(start))
+	if info.method != "" {
+		e = e.Str(logRPCMethod, info.method)
+	}
+	if sid := rc.Request.Header.Peek(headerSessionID); len(sid) > 0 {
+		e = e.Str(logSession, h.hashShort(sid))
+	}
+	if info.taskID != "" {
+		e = e.Str(logTaskID, info.taskID)
+	}
+	e.Msg("request")
+}
+
+// Log field names (each used once per line: zerolog keeps duplicates).
+const (
+	logReqID      = "req_id"
+	logHTTPMethod = "http_method"
+	logStatus     = "status"
+	logOutcome    = "outcome"
+	logDuration   = "dur"
+	logRPCMethod  = "rpc_method"
+	logSession    = "session"
+	logTaskID     = "task_id"
+	logTool       = "tool"
+	logOwner      = "owner"
+)
+
+const (
+	headerSessionID       = "Mcp-Session-Id"
+	headerProtocolVersion = "Mcp-Protocol-Version"
+	headerLastEventID     = "Last-Event-Id"
+)
+
+// httpRPCError answers with an HTTP status and a JSON-RPC error body.
+func (h *Handler) httpRPCError(rc *fasthttp.RequestCtx, status int, id []byte, code int, msg string) {
+	rc.Response.Reset()
+	rc.SetStatusCode(status)
+	rc.Response.Header.SetContentType("application/json")
+	rc.SetBody(appendErrorResponse(nil, id, code, msg))
+}
+
+// rpcError answers HTTP 200 with a JSON-RPC error for the request id.
+func (h *Handler) rpcError(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, e *rpcError) {
+	info.outcome = "rpc_error"
+	h.httpRPCError(rc, fasthttp.StatusOK, id, e.Code, e.Message)
+}
+
+// rpcResult answers HTTP 200 with a JSON-RPC result.
+func (h *Handler) rpcResult(rc *fasthttp.RequestCtx, id, result []byte) {
+	rc.SetStatusCode(fasthttp.StatusOK)
+	rc.Response.Header.SetContentType("application/json")
+	rc.SetBody(appendResultResponse(make([]byte, 0, len(result)+64), id, result))
+}
+
+// ErrorHandler answers errors fasthttp finds before the handler runs (body
+// too large, malformed HTTP) with a JSON-RPC error. Set it as
+// fasthttp.Server.ErrorHandler.
+func (h *Handler) ErrorHandler(rc *fasthttp.RequestCtx, err error) {
+	status, code, msg := fasthttp.StatusBadRequest, codeInvalidRequest, "taskgate: malformed HTTP request"
+	var tooLarge bool
+	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
+		tooLarge = true
+	}
+	if tooLarge {
+		status = fasthttp.StatusRequestEntityTooLarge
+		msg = fmt.Sprintf("taskgate: request body exceeds the limit of %d bytes", h.cfg.MaxBodySize)
+	}
+	h.m.requests.WithLabelValues("", map[bool]string{true: "too_large", false: "malformed"}[tooLarge]).Inc()
+	h.log.Warn().Int(logStatus, status).Err(err).Msg("request refused")
+	h.httpRPCError(rc, status, nil, code, msg)
+	rc.SetConnectionClose()
+}
+
+// PingUpstream checks that the upstream accepts TCP connections.
+func (h *Handler) PingUpstream(ctx context.Context) error {
+	c, err := h.dialer.DialContext(ctx, "tcp", h.upAddr)
+	if err != nil {
+		return err
+	}
+	return c.Close()
+}

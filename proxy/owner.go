@@ -1,0 +1,150 @@
+package proxy
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"sync"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/taskgate/taskgate/capability"
+)
+
+// ownerAnonymous owns the tasks of requests that carry neither an
+// Authorization header nor a session id. Such tasks are protected only by
+// their unguessable ids, and tasks/list is not offered to them (T-76).
+const ownerAnonymous = "anon"
+
+// owner derives the task owner of a request (T-74): a keyed hash of the
+// Authorization header when there is one, else of the session id. The raw
+// token is never stored or logged. identified is false for anonymous callers.
+func (h *Handler) owner(hdr *fasthttp.RequestHeader) (owner string, identified bool) {
+	if a := hdr.Peek(fasthttp.HeaderAuthorization); len(a) > 0 {
+		return "a" + h.keyedHash("authorization", a), true
+	}
+	if s := hdr.Peek(headerSessionID); len(s) > 0 {
+		return "s" + h.keyedHash("session", s), true
+	}
+	return ownerAnonymous, false
+}
+
+func (h *Handler) keyedHash(domain string, v []byte) string {
+	mac := hmac.New(sha256.New, h.cfg.OwnerKey)
+	mac.Write([]byte(domain))
+	mac.Write([]byte{0})
+	mac.Write(v)
+	return hex.EncodeToString(mac.Sum(nil)[:16])
+}
+
+// hashShort is what logs show instead of a session id.
+func (h *Handler) hashShort(v []byte) string {
+	return h.keyedHash("log", v)[:12]
+}
+
+// bridgeRequest rewrites MCP-Protocol-Version on a request of a session
+// whose upstream negotiated an older version than the client (issue 3 item
+// 10): the client speaks 2025-11-25 to taskgate, the upstream hears its own
+// version. Only requests that carry 2025-11-25 are looked at, and the
+// session's version comes from memory, so plain pass-through of other
+// sessions never touches the store.
+func (h *Handler) bridgeRequest(rc *fasthttp.RequestCtx, hdr *fasthttp.RequestHeader) {
+	if !h.pol.BridgeProtocolVersion {
+		return
+	}
+	if string(hdr.Peek(headerProtocolVersion)) != capability.ProtocolVersion {
+		return
+	}
+	up := h.upstreamVersion(hdr.Peek(headerSessionID))
+	if up != "" && up != capability.ProtocolVersion {
+		hdr.Set(headerProtocolVersion, up)
+	}
+}
+
+// upstreamVersion returns the protocol version the upstream negotiated for
+// the session ("" when it is not bridged or unknown). A miss in memory asks
+// the store once; the answer (also "none") is cached, since a session's
+// version never changes once known.
+func (h *Handler) upstreamVersion(sid []byte) string {
+	if v, ok := h.versions.get(sid); ok {
+		return v
+	}
+	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
+	defer cancel()
+	v, err := h.store.SessionVersion(ctx, string(sid))
+	if err != nil {
+		h.log.Warn().Err(err).Msg("reading the session's upstream protocol version failed")
+		return ""
+	}
+	h.versions.put(string(sid), v)
+	return v
+}
+
+// rememberVersion records a bridged session's upstream version in memory
+// and in the store (for the other replicas).
+func (h *Handler) rememberVersion(ctx context.Context, sid, version string) error {
+	h.versions.put(sid, version)
+	return h.store.SetSessionVersion(ctx, sid, version, sessionVersionTTL)
+}
+
+// versionCache is a bounded map of session id -> upstream version with two
+// generations: when the current one is full it becomes the old one, so hot
+// sessions survive and memory stays bounded. Safe for concurrent use.
+type versionCache struct {
+	mu       sync.RWMutex
+	cur, old map[string]string
+	max      int
+}
+
+func (c *versionCache) init(max int) {
+	c.max = max
+	c.cur = make(map[string]string)
+}
+
+func (c *versionCache) get(k []byte) (string, bool) {
+	c.mu.RLock()
+	v, ok := c.cur[string(k)]
+	if !ok {
+		v, ok = c.old[string(k)]
+	}
+	c.mu.RUnlock()
+	return v, ok
+}
+
+func (c *versionCache) put(k, v string) {
+	c.mu.Lock()
+	if len(c.cur) >= c.max {
+		c.old, c.cur = c.cur, make(map[string]string, c.max)
+	}
+	c.cur[k] = v
+	c.mu.Unlock()
+}
+
+// toolLimiter counts running background calls per tool in this process
+// (policy maxConcurrent protects the upstream this sidecar fronts).
+type toolLimiter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (l *toolLimiter) acquire(tool string, max int) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.n == nil {
+		l.n = make(map[string]int)
+	}
+	if max > 0 && l.n[tool] >= max {
+		return false
+	}
+	l.n[tool]++
+	return true
+}
+
+func (l *toolLimiter) release(tool string) {
+	l.mu.Lock()
+	if l.n[tool]--; l.n[tool] <= 0 {
+		delete(l.n, tool)
+	}
+	l.mu.Unlock()
+}

@@ -1,0 +1,136 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// hopByHop are the RFC 9110 §7.6.1 connection-specific headers, never
+// forwarded in either direction (plus any named in Connection).
+var hopByHop = [...]string{
+	"Connection", "Keep-Alive", "Proxy-Connection", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+type headerDeleter interface {
+	Peek(key string) []byte
+	Del(key string)
+}
+
+func stripHopByHop(h headerDeleter) {
+	if c := h.Peek("Connection"); len(c) > 0 {
+		for _, name := range bytes.Split(c, []byte(",")) {
+			if name = bytes.TrimSpace(name); len(name) > 0 {
+				h.Del(string(name))
+			}
+		}
+	}
+	for _, name := range hopByHop {
+		h.Del(name)
+	}
+}
+
+// prepareUpstream makes rc.Request ready to forward: hop-by-hop headers
+// removed, Host per config, scheme matching the upstream, protocol version
+// bridged.
+func (h *Handler) prepareUpstream(rc *fasthttp.RequestCtx, req *fasthttp.Request) {
+	stripHopByHop(&req.Header)
+	req.Header.ResetConnectionClose()
+	if h.cfg.RewriteHost {
+		req.Header.SetHost(h.upHost)
+	}
+	if h.upTLS {
+		req.URI().SetScheme("https")
+	}
+	h.bridgeRequest(rc, &req.Header)
+}
+
+// pass forwards the request unchanged and streams the answer back. id is
+// the JSON-RPC id for error answers (nil if unknown or none).
+func (h *Handler) pass(rc *fasthttp.RequestCtx, info *reqInfo, id []byte) {
+	h.prepareUpstream(rc, &rc.Request)
+	start := time.Now()
+	err := h.hc.Do(&rc.Request, &rc.Response)
+	h.m.upstreamLatency.WithLabelValues(metricMethod(info.method)).Observe(time.Since(start).Seconds())
+	if err != nil {
+		h.upstreamFailed(rc, info, id, err)
+		return
+	}
+	h.relayResponse(rc)
+}
+
+// relayResponse fixes up an upstream answer now in rc.Response for the
+// client: hop-by-hop headers removed, SSE flushed at once and bounded.
+func (h *Handler) relayResponse(rc *fasthttp.RequestCtx) {
+	resp := &rc.Response
+	stripHopByHop(&resp.Header)
+	resp.Header.ResetConnectionClose()
+	if isEventStream(resp.Header.ContentType()) {
+		// Headers go out before the first event (STYLE pitfall 7).
+		resp.ImmediateHeaderFlush = true
+	}
+}
+
+func isEventStream(ct []byte) bool {
+	return bytes.HasPrefix(bytes.TrimSpace(ct), []byte("text/event-stream"))
+}
+
+// handOver moves an upstream answer held in a separate Response into
+// rc.Response, streaming its body; resp is released when the body is done.
+func handOver(rc *fasthttp.RequestCtx, resp *fasthttp.Response) {
+	resp.Header.CopyTo(&rc.Response.Header)
+	if s := resp.BodyStream(); s != nil {
+		rc.Response.SetBodyStream(&ownedStream{resp: resp, r: s}, resp.Header.ContentLength())
+		return
+	}
+	rc.Response.SetBody(resp.Body())
+	fasthttp.ReleaseResponse(resp)
+}
+
+// ownedStream is a body stream that releases its Response when closed.
+type ownedStream struct {
+	resp *fasthttp.Response
+	r    io.Reader
+}
+
+func (o *ownedStream) Read(p []byte) (int, error) { return o.r.Read(p) }
+
+func (o *ownedStream) Close() error {
+	err := o.resp.CloseBodyStream()
+	fasthttp.ReleaseResponse(o.resp)
+	return err
+}
+
+// upstreamFailed answers 502 (or 504 on a timeout) with a JSON-RPC error
+// that echoes the request id, and logs what failed.
+func (h *Handler) upstreamFailed(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, err error) {
+	status, msg := statusFor(err)
+	info.outcome = "upstream_unreachable"
+	h.log.Warn().Uint64(logReqID, rc.ID()).Str(logRPCMethod, info.method).Err(err).Msg("upstream request failed")
+	h.httpRPCError(rc, status, id, codeInternalError, msg)
+}
+
+// statusFor maps an upstream transport error to an HTTP status and a
+// message for the client.
+func statusFor(err error) (int, string) {
+	var ne net.Error
+	switch {
+	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, os.ErrDeadlineExceeded),
+		errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return fasthttp.StatusGatewayTimeout, "taskgate: upstream timed out"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return fasthttp.StatusBadGateway, "taskgate: upstream unreachable (connection refused)"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.Is(err, fasthttp.ErrConnectionClosed):
+		return fasthttp.StatusBadGateway, "taskgate: upstream closed the connection"
+	}
+	return fasthttp.StatusBadGateway, "taskgate: upstream request failed"
+}

@@ -1,0 +1,485 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"runtime/debug"
+	"time"
+
+	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+
+	"github.com/taskgate/taskgate/policy"
+	"github.com/taskgate/taskgate/taskstore"
+)
+
+// job is one background task call. The runner owns req.
+type job struct {
+	t   *taskstore.Task
+	req *fasthttp.Request
+	st  policy.Settings
+	log zerolog.Logger
+}
+
+// Why a runner's call ended early (context.Cause of its context).
+var (
+	errCancelledByClient = errors.New("task cancelled by the client")
+	errShutdown          = errors.New("taskgate shut down before the call finished")
+	errTimeout           = errors.New("upstream call exceeded the policy timeout")
+	errExpired           = errors.New("task ttl passed before the call finished")
+)
+
+// upstream outcome of one call.
+type callResult struct {
+	status taskstore.Status // Completed or Failed
+	msg    string
+	out    taskstore.Outcome
+}
+
+// run executes a task's upstream call and records its outcome. It is the
+// only writer of the task's terminal state besides tasks/cancel and lease
+// recovery; the store's scripts settle races (a late outcome after a cancel
+// is dropped, T-59).
+func (h *Handler) run(j *job) {
+	t := j.t
+	j.log = h.log.With().Str(logTaskID, t.ID).Str(logTool, t.Tool).Logger()
+	h.m.runningNow.Add(1)
+	defer func() {
+		h.m.runningNow.Add(-1)
+		h.tools.release(t.Tool)
+		fasthttp.ReleaseRequest(j.req)
+		h.wg.Done()
+	}()
+
+	deadline, deadlineCause := t.CreatedAt.Add(j.st.Timeout), errTimeout
+	if exp := t.ExpiresAt(); exp.Before(deadline) {
+		deadline, deadlineCause = exp, errExpired
+	}
+	ctx, cancelDL := context.WithDeadlineCause(context.Background(), deadline, deadlineCause)
+	defer cancelDL()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		h.superviseRun(ctx, cancel, t)
+	}()
+
+	var res callResult
+	func() {
+		defer func() {
+			if p := recover(); p != nil {
+				j.log.Error().Interface("panic", p).Bytes("stack", debug.Stack()).Msg("task runner panicked")
+				res = callResult{status: taskstore.Failed, msg: "taskgate internal error while running the call", out: taskstore.Outcome{Kind: taskstore.OutcomeInternal}}
+			}
+		}()
+		res = h.callUpstream(ctx, j)
+	}()
+	cause := context.Cause(ctx)
+	cancel(nil)
+	<-watchDone
+
+	switch {
+	case errors.Is(cause, errCancelledByClient):
+		h.notifyCancelled(j, "cancelled by the client through tasks/cancel")
+		j.log.Info().Msg("task call aborted after cancel")
+		return
+	case errors.Is(cause, errExpired):
+		h.notifyCancelled(j, "task ttl passed")
+		h.m.tasks.WithLabelValues("expired").Inc()
+		j.log.Info().Msg("task expired while running; upstream call cancelled")
+		return
+	case errors.Is(cause, errTimeout):
+		h.notifyCancelled(j, "taskgate policy timeout")
+		res = callResult{status: taskstore.Failed, out: taskstore.Outcome{Kind: taskstore.OutcomeInternal},
+			msg: fmt.Sprintf("upstream call exceeded the policy timeout of %s and was cancelled", j.st.Timeout)}
+	case errors.Is(cause, errShutdown):
+		h.notifyCancelled(j, "taskgate shutting down")
+		res = callResult{status: taskstore.Failed, out: taskstore.Outcome{Kind: taskstore.OutcomeInternal},
+			msg: "taskgate shut down before the upstream call finished; the call was cancelled"}
+	}
+	h.finish(j, res)
+}
+
+// superviseRun ends the call when the task is cancelled (through any
+// replica: the store's wake-ups, with lease renewals as the fallback) or
+// this process shuts down, and renews the lease meanwhile.
+func (h *Handler) superviseRun(ctx context.Context, cancel context.CancelCauseFunc, t *taskstore.Task) {
+	ch, stop, err := h.store.Watch(ctx, t.Owner, t.ID)
+	if err != nil {
+		ch = nil // rely on lease renewals
+	} else {
+		defer stop()
+	}
+	renew := time.NewTicker(h.cfg.Lease / 3)
+	defer renew.Stop()
+	check := func(st taskstore.Status, err error) bool {
+		switch {
+		case errors.Is(err, taskstore.ErrNotFound):
+			cancel(errExpired)
+			return true
+		case err == nil && st == taskstore.Cancelled:
+			cancel(errCancelledByClient)
+			return true
+		}
+		return false
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-h.root.Done():
+			cancel(errShutdown)
+			return
+		case <-ch:
+			sctx, c := context.WithTimeout(ctx, h.cfg.StoreTimeout)
+			tt, err := h.store.Get(sctx, t.Owner, t.ID)
+			c()
+			var st taskstore.Status
+			if tt != nil {
+				st = tt.Status
+			}
+			if check(st, err) {
+				return
+			}
+		case <-renew.C:
+			sctx, c := context.WithTimeout(ctx, h.cfg.StoreTimeout)
+			st, err := h.store.Renew(sctx, t.Owner, t.ID, h.cfg.Lease)
+			c()
+			if check(st, err) {
+				return
+			}
+		}
+	}
+}
+
+// finish records the outcome, retrying briefly while the store is down.
+func (h *Handler) finish(j *job, res callResult) {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.StoreTimeout)
+		_, err = h.store.Finish(ctx, j.t.Owner, j.t.ID, res.status, res.msg, res.out)
+		cancel()
+		if !errors.Is(err, taskstore.ErrUnavailable) {
+			break
+		}
+		time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond) // backoff between store retries
+	}
+	switch {
+	case err == nil:
+		h.m.tasks.WithLabelValues(string(res.status)).Inc()
+		j.log.Info().Str("status", string(res.status)).Str("status_message", res.msg).Msg("task finished")
+	case errors.Is(err, taskstore.ErrTerminal):
+		h.m.tasks.WithLabelValues("dropped").Inc()
+		j.log.Info().Msg("late upstream outcome dropped: task already terminal")
+	case errors.Is(err, taskstore.ErrNotFound):
+		h.m.tasks.WithLabelValues("dropped").Inc()
+		j.log.Info().Msg("upstream outcome dropped: task expired")
+	default:
+		j.log.Error().Err(err).Msg("recording the task outcome failed; lease recovery will fail the task")
+	}
+}
+
+// dialUpstream opens a dedicated connection for one background call; it is
+// closed when ctx ends, which aborts the upstream HTTP request.
+func (h *Handler) dialUpstream(ctx context.Context) (net.Conn, error) {
+	c, err := h.dialer.DialContext(ctx, "tcp", h.upAddr)
+	if err != nil {
+		return nil, err
+	}
+	if h.upTLS {
+		host, _, _ := net.SplitHostPort(h.upAddr)
+		tc := tls.Client(c, &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12})
+		if err := tc.HandshakeContext(ctx); err != nil {
+			c.Close()
+			return nil, err
+		}
+		c = tc
+	}
+	return c, nil
+}
+
+// exchange sends req on a fresh connection and returns the response with
+// its body as a stream. The connection closes when ctx ends or the caller
+// calls done.
+func (h *Handler) exchange(ctx context.Context, req *fasthttp.Request) (resp *fasthttp.Response, done func(), err error) {
+	conn, err := h.dialUpstream(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	resp = fasthttp.AcquireResponse()
+	done = func() {
+		stop()
+		conn.Close()
+		fasthttp.ReleaseResponse(resp)
+	}
+	bw := bufio.NewWriter(conn)
+	if err := req.Write(bw); err != nil {
+		done()
+		return nil, nil, err
+	}
+	if err := bw.Flush(); err != nil {
+		done()
+		return nil, nil, err
+	}
+	resp.StreamBody = true
+	if err := resp.Read(bufio.NewReaderSize(conn, 16<<10)); err != nil {
+		done()
+		return nil, nil, err
+	}
+	return resp, done, nil
+}
+
+// callUpstream runs the call and classifies the upstream's answer.
+func (h *Handler) callUpstream(ctx context.Context, j *job) callResult {
+	req := j.req
+	req.Header.SetConnectionClose()
+	resp, done, err := h.exchange(ctx, req)
+	if err != nil {
+		return transportFailure(ctx, err)
+	}
+	defer done()
+	return h.readAnswer(ctx, j, resp)
+}
+
+func transportFailure(ctx context.Context, err error) callResult {
+	if ctx.Err() != nil {
+		return callResult{} // the cause decides
+	}
+	_, msg := statusFor(err)
+	return callResult{status: taskstore.Failed, msg: msg[len("taskgate: "):] + ": " + err.Error(),
+		out: taskstore.Outcome{Kind: taskstore.OutcomeInternal}}
+}
+
+func internalFailure(format string, args ...any) callResult {
+	return callResult{status: taskstore.Failed, msg: fmt.Sprintf(format, args...),
+		out: taskstore.Outcome{Kind: taskstore.OutcomeInternal}}
+}
+
+// readAnswer reads a JSON or SSE answer to the task's request.
+func (h *Handler) readAnswer(ctx context.Context, j *job, resp *fasthttp.Response) callResult {
+	switch code := resp.StatusCode(); {
+	case code == fasthttp.StatusNotFound:
+		return internalFailure("upstream answered HTTP 404: its MCP session ended; re-initialize and call again")
+	case code < 200 || code > 299:
+		return internalFailure("upstream answered HTTP %d", code)
+	}
+	ct := resp.Header.ContentType()
+	body := resp.BodyStream()
+	if body == nil {
+		body = bytes.NewReader(resp.Body())
+	}
+	if isEventStream(ct) {
+		return h.readSSEAnswer(ctx, j, body)
+	}
+	msg, err := readAllLimit(body, h.cfg.MaxResultSize)
+	if errors.Is(err, errTooLarge) {
+		return internalFailure("upstream result exceeds the result size limit of %d bytes", h.cfg.MaxResultSize)
+	}
+	if err != nil {
+		return transportFailure(ctx, err)
+	}
+	if len(msg) == 0 {
+		return internalFailure("upstream answered HTTP %d without a JSON-RPC response", resp.StatusCode())
+	}
+	return classify(msg)
+}
+
+// readSSEAnswer reads events until the response to the task's request,
+// answering upstream pings and resuming with GET + Last-Event-ID when the
+// upstream drops the connection after an event with an id (P-04, E-23).
+func (h *Handler) readSSEAnswer(ctx context.Context, j *job, body io.Reader) callResult {
+	var lastID string
+	retry := time.Second
+	for resumes := 0; ; resumes++ {
+		r := newSSEReader(body, h.cfg.MaxResultSize)
+		for {
+			ev, err := r.next()
+			if ev != nil && err == nil {
+				if ev.hasID {
+					lastID = string(ev.id)
+				}
+				if ev.retry >= 0 {
+					retry = time.Duration(ev.retry) * time.Millisecond
+				}
+				if len(ev.data) > 0 {
+					if res, final := h.onUpstreamMessage(ctx, j, ev.data); final {
+						return res
+					}
+				}
+				continue
+			}
+			if errors.Is(err, errEventTooLarge) {
+				return internalFailure("upstream result exceeds the result size limit of %d bytes", h.cfg.MaxResultSize)
+			}
+			if ctx.Err() != nil {
+				return callResult{}
+			}
+			break // stream ended without the response
+		}
+		if lastID == "" || resumes >= maxResumes {
+			return internalFailure("upstream closed the stream before answering the call")
+		}
+		select {
+		case <-time.After(min(retry, 30*time.Second)):
+		case <-ctx.Done():
+			return callResult{}
+		}
+		next, done, err := h.resume(ctx, j, lastID)
+		if err != nil {
+			if ctx.Err() != nil {
+				return callResult{}
+			}
+			return internalFailure("resuming the upstream stream failed: %v", err)
+		}
+		defer done()
+		body = next
+	}
+}
+
+// maxResumes bounds reconnects of one call's upstream stream.
+const maxResumes = 10
+
+// resume reopens the call's stream: GET with Last-Event-ID (H-12).
+func (h *Handler) resume(ctx context.Context, j *job, lastID string) (io.Reader, func(), error) {
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	j.req.Header.CopyTo(&req.Header)
+	req.Header.SetMethod(fasthttp.MethodGet)
+	req.Header.Del(fasthttp.HeaderContentType)
+	req.Header.Set(fasthttp.HeaderAccept, "text/event-stream")
+	req.Header.Set(headerLastEventID, lastID)
+	req.Header.SetConnectionClose()
+	resp, done, err := h.exchange(ctx, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	if resp.StatusCode() != fasthttp.StatusOK || !isEventStream(resp.Header.ContentType()) {
+		code := resp.StatusCode()
+		done()
+		return nil, nil, fmt.Errorf("upstream answered the resume with HTTP %d", code)
+	}
+	return resp.BodyStream(), done, nil
+}
+
+// onUpstreamMessage handles one message of the call's stream; final is
+// true when msg is the call's response.
+func (h *Handler) onUpstreamMessage(ctx context.Context, j *job, msg []byte) (callResult, bool) {
+	env, err := parseEnvelope(msg)
+	if err != nil || env.batch != nil {
+		j.log.Warn().Err(err).Msg("ignoring a malformed message on the upstream stream")
+		return callResult{}, false
+	}
+	switch {
+	case env.method == "" && (env.hasResult || env.hasError):
+		return classify(append([]byte(nil), msg...)), true
+	case env.method == methodPing && env.id != nil:
+		h.postUpstream(j, appendResultResponse(nil, env.id, []byte("{}")))
+	case env.id != nil:
+		// A server-to-client request this version cannot route yet:
+		// answer it so the upstream call does not hang.
+		h.postUpstream(j, appendErrorResponse(nil, env.id, codeMethodNotFound,
+			"taskgate: "+env.method+" is not supported during a task-augmented call"))
+	}
+	return callResult{}, false
+}
+
+// classify maps the upstream's final message to a status (DESIGN decision
+// 7): a JSON-RPC error or a result with isError:true is failed (T-24, Q-03),
+// anything else completed. The outcome is kept raw.
+func classify(msg []byte) callResult {
+	vals, err := members(msg, "result", "error")
+	if err != nil {
+		return internalFailure("upstream answered with a malformed JSON-RPC message")
+	}
+	if e := vals[1]; e != nil {
+		code, text := "", ""
+		if ev, err := members(e, "code", "message"); err == nil {
+			code = string(ev[0])
+			text, _ = unquoteValue(ev[1])
+		}
+		return callResult{status: taskstore.Failed, msg: truncate("upstream returned JSON-RPC error "+code+": "+text, 300),
+			out: taskstore.Outcome{Kind: taskstore.OutcomeError, Raw: e}}
+	}
+	res := vals[0]
+	if res == nil || res[0] != '{' {
+		return internalFailure("upstream answered without a result object")
+	}
+	out := taskstore.Outcome{Kind: taskstore.OutcomeResult, Raw: res}
+	rv, err := members(res, "isError", "content")
+	if err == nil && string(rv[0]) == "true" {
+		return callResult{status: taskstore.Failed, msg: truncate("tool reported an error: "+firstText(rv[1]), 300), out: out}
+	}
+	return callResult{status: taskstore.Completed, out: out}
+}
+
+// firstText returns the text of the first text content item.
+func firstText(content []byte) string {
+	if len(content) == 0 || content[0] != '[' {
+		return ""
+	}
+	s := scanner{b: content, i: 1}
+	s.ws()
+	if s.i >= len(content) || content[s.i] != '{' {
+		return ""
+	}
+	item, err := s.value()
+	if err != nil {
+		return ""
+	}
+	vals, err := members(item, "type", "text")
+	if err != nil || string(vals[0]) != `"text"` {
+		return ""
+	}
+	text, _ := unquoteValue(vals[1])
+	return text
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && s[n]&0xC0 == 0x80 {
+		n--
+	}
+	return s[:n] + "…"
+}
+
+// postUpstream sends a message (a notification or a response) upstream
+// with the call's session headers and discards the answer.
+func (h *Handler) postUpstream(j *job, body []byte) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	j.req.Header.CopyTo(&req.Header)
+	req.Header.ResetConnectionClose()
+	req.SetBody(body)
+	err := h.hc.DoTimeout(req, resp, 10*time.Second)
+	if err == nil {
+		_ = resp.CloseBodyStream()
+	}
+	if err != nil || resp.StatusCode() >= 300 {
+		j.log.Warn().Err(err).Int(logStatus, resp.StatusCode()).Msg("message to the upstream not accepted")
+	}
+}
+
+// notifyCancelled tells the upstream to stop the call (P-06, E-26).
+func (h *Handler) notifyCancelled(j *job, reason string) {
+	body := make([]byte, 0, 160)
+	body = append(body, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`...)
+	body = append(body, j.t.UpstreamID...)
+	body = append(body, `,"reason":`...)
+	body = appendJSONString(body, reason)
+	body = append(body, "}}"...)
+	h.postUpstream(j, body)
+}
+

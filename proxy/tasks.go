@@ -1,0 +1,533 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/taskgate/taskgate/policy"
+	"github.com/taskgate/taskgate/taskstore"
+)
+
+// metaRelatedTask is the _meta key that ties a message to its task (T-40, T-42).
+const metaRelatedTask = "io.modelcontextprotocol/related-task"
+
+// Messages a client sees for task errors. A foreign task gets exactly the
+// unknown-task answer (T-75).
+const (
+	msgTaskNotFound     = "taskgate: task not found (unknown id, expired, or not yours)"
+	msgStoreUnavailable = "taskgate: task store unavailable"
+	msgShuttingDown     = "taskgate: shutting down; try another replica"
+)
+
+// toolsCall enforces the tool policy on tools/call and turns task-augmented
+// calls into tasks; plain calls of allowed tools pass through.
+func (h *Handler) toolsCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) {
+	if env.id == nil || !h.tasksActive(&rc.Request.Header) {
+		h.pass(rc, info, env.id)
+		return
+	}
+	if env.params == nil {
+		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: tools/call needs params"))
+		return
+	}
+	vals, err := members(env.params, "name", "task")
+	if err != nil {
+		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid tools/call params: "+err.Error()))
+		return
+	}
+	name, ok := unquoteValue(vals[0])
+	if !ok {
+		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: tools/call params.name must be a string"))
+		return
+	}
+	st := h.pol.For(name)
+	task := vals[1]
+	if task == nil || string(task) == "null" {
+		if st.TaskSupport == policy.Required {
+			// T-10, E-09: the upstream is not contacted.
+			h.rpcError(rc, info, env.id, newRPCError(codeMethodNotFound,
+				fmt.Sprintf("taskgate: tool %q must be called as a task (taskSupport: required); add params.task", name)))
+			return
+		}
+		h.pass(rc, info, env.id)
+		return
+	}
+	if task[0] != '{' {
+		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: tools/call params.task must be an object"))
+		return
+	}
+	if st.TaskSupport == policy.Forbidden {
+		// T-08, E-08: the upstream is not contacted.
+		h.rpcError(rc, info, env.id, newRPCError(codeMethodNotFound,
+			fmt.Sprintf("taskgate: tool %q cannot be called as a task (taskSupport: forbidden); call it without params.task", name)))
+		return
+	}
+	h.createTask(rc, info, env, name, st, task)
+}
+
+// createTask stores a new working task, starts its runner and answers with
+// CreateTaskResult without waiting for the upstream (T-14, E-07).
+func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, tool string, st policy.Settings, task []byte) {
+	if h.closed.Load() {
+		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, msgShuttingDown))
+		return
+	}
+	tv, err := members(task, "ttl")
+	if err != nil {
+		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid params.task: "+err.Error()))
+		return
+	}
+	params, err := deleteMember(env.params, "task")
+	if err != nil {
+		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid tools/call params: "+err.Error()))
+		return
+	}
+	if !h.tools.acquire(tool, st.MaxConcurrent) {
+		h.m.tasks.WithLabelValues("refused").Inc()
+		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, fmt.Sprintf(
+			"taskgate: tool %q already runs %d task calls here (policy maxConcurrent); retry later", tool, st.MaxConcurrent)))
+		return
+	}
+	id, err := taskstore.NewID()
+	if err != nil {
+		h.tools.release(tool)
+		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, "taskgate: generating a task id failed"))
+		return
+	}
+	owner, _ := h.owner(&rc.Request.Header)
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	t := &taskstore.Task{
+		ID:           id,
+		Owner:        owner,
+		Status:       taskstore.Working,
+		CreatedAt:    now,
+		UpdatedAt:    now,
+		TTL:          st.TTL(tv[0]),
+		PollInterval: st.PollInterval,
+		Tool:         tool,
+		UpstreamID:   `"taskgate-` + id + `"`,
+		Runner:       h.cfg.ProcessID,
+	}
+	info.taskID = id
+
+	// The upstream request: the client's, minus params.task (P-03), under
+	// an id the client cannot collide with (P-07), same headers.
+	h.prepareUpstream(rc, &rc.Request)
+	req := fasthttp.AcquireRequest()
+	rc.Request.Header.CopyTo(&req.Header)
+	body := make([]byte, 0, len(params)+len(t.UpstreamID)+64)
+	body = append(body, `{"jsonrpc":"2.0","id":`...)
+	body = append(body, t.UpstreamID...)
+	body = append(body, `,"method":"tools/call","params":`...)
+	body = append(body, params...)
+	body = append(body, '}')
+	req.SetBody(body)
+
+	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
+	err = h.store.Create(ctx, t, taskstore.CreateOptions{MaxPerOwner: max(h.cfg.MaxTasksPerOwner, 0), Lease: h.cfg.Lease})
+	cancel()
+	if err != nil {
+		h.tools.release(tool)
+		fasthttp.ReleaseRequest(req)
+		h.m.tasks.WithLabelValues("refused").Inc()
+		switch {
+		case errors.Is(err, taskstore.ErrOwnerLimit):
+			h.rpcError(rc, info, env.id, newRPCError(codeInternalError, fmt.Sprintf(
+				"taskgate: too many unfinished tasks for this caller (limit %d); wait for some to finish", h.cfg.MaxTasksPerOwner)))
+		default:
+			h.log.Error().Err(err).Str(logTool, tool).Msg("creating a task failed")
+			h.rpcError(rc, info, env.id, newRPCError(codeInternalError, msgStoreUnavailable))
+		}
+		return
+	}
+	h.m.tasks.WithLabelValues("created").Inc()
+	h.log.Info().Str(logTaskID, id).Str(logOwner, owner).Str(logTool, tool).
+		Dur("ttl", t.TTL).Msg("task created")
+	h.wg.Add(1)
+	go h.run(&job{t: t, req: req, st: st})
+
+	res := make([]byte, 0, 256)
+	res = append(res, `{"task":`...)
+	res = appendTask(res, t)
+	res = append(res, '}')
+	h.rpcResult(rc, env.id, res)
+}
+
+// tasksMethod serves tasks/get, tasks/result, tasks/list and tasks/cancel
+// from the store; they never reach the upstream (P-03).
+func (h *Handler) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) {
+	owner, identified := h.owner(&rc.Request.Header)
+	if env.method == methodTasksList {
+		h.tasksList(rc, info, env, owner, identified)
+		return
+	}
+	var taskID string
+	if env.params != nil {
+		vals, err := members(env.params, "taskId")
+		if err != nil {
+			h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid params: "+err.Error()))
+			return
+		}
+		taskID, _ = unquoteValue(vals[0])
+	}
+	if taskID == "" {
+		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: params.taskId must be a non-empty string"))
+		return
+	}
+	info.taskID = taskID
+	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
+	defer cancel()
+	switch env.method {
+	case methodTasksGet:
+		t, err := h.store.Get(ctx, owner, taskID)
+		if err != nil {
+			h.storeError(rc, info, env.id, err)
+			return
+		}
+		h.rpcResult(rc, env.id, appendTask(make([]byte, 0, 256), t))
+	case methodTasksCancel:
+		t, err := h.store.Cancel(ctx, owner, taskID, "cancelled by the client")
+		if errors.Is(err, taskstore.ErrTerminal) {
+			// T-57, E-27.
+			h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: task already finished; it cannot be cancelled"))
+			return
+		}
+		if err != nil {
+			h.storeError(rc, info, env.id, err)
+			return
+		}
+		h.m.tasks.WithLabelValues("cancelled").Inc()
+		h.log.Info().Str(logTaskID, taskID).Str(logOwner, owner).Msg("task cancelled")
+		h.rpcResult(rc, env.id, appendTask(make([]byte, 0, 256), t))
+	case methodTasksResult:
+		t, out, err := h.store.Outcome(ctx, owner, taskID)
+		if err != nil {
+			h.storeError(rc, info, env.id, err)
+			return
+		}
+		if t.Status.Terminal() {
+			h.writeOutcome(rc, env.id, t, out)
+			return
+		}
+		h.awaitResult(rc, info, append([]byte(nil), env.id...), owner, taskID, acceptsSSE(&rc.Request.Header))
+	}
+}
+
+func (h *Handler) tasksList(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, owner string, identified bool) {
+	if !identified {
+		// T-76, E-06: without an identity tasks.list is not advertised.
+		h.rpcError(rc, info, env.id, newRPCError(codeMethodNotFound,
+			"taskgate: tasks/list needs an Authorization header or a session"))
+		return
+	}
+	var cursor string
+	if env.params != nil {
+		vals, err := members(env.params, "cursor")
+		if err != nil {
+			h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid params: "+err.Error()))
+			return
+		}
+		if vals[0] != nil {
+			var ok bool
+			if cursor, ok = unquoteValue(vals[0]); !ok {
+				h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: params.cursor must be a string"))
+				return
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
+	defer cancel()
+	tasks, next, err := h.store.List(ctx, owner, cursor, h.cfg.ListPageSize)
+	if errors.Is(err, taskstore.ErrBadCursor) {
+		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid cursor")) // T-56
+		return
+	}
+	if err != nil {
+		h.storeError(rc, info, env.id, err)
+		return
+	}
+	res := make([]byte, 0, 64+200*len(tasks))
+	res = append(res, `{"tasks":[`...)
+	for i := range tasks {
+		if i > 0 {
+			res = append(res, ',')
+		}
+		res = appendTask(res, &tasks[i])
+	}
+	res = append(res, ']')
+	if next != "" {
+		res = append(res, `,"nextCursor":`...)
+		res = appendJSONString(res, next)
+	}
+	res = append(res, '}')
+	h.rpcResult(rc, env.id, res)
+}
+
+// storeError maps a store error to the client's JSON-RPC error (T-67, T-70).
+func (h *Handler) storeError(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, err error) {
+	switch {
+	case errors.Is(err, taskstore.ErrNotFound):
+		h.m.tasks.WithLabelValues("lookup_miss").Inc()
+		h.rpcError(rc, info, id, newRPCError(codeInvalidParams, msgTaskNotFound))
+	case errors.Is(err, taskstore.ErrTerminal):
+		h.rpcError(rc, info, id, newRPCError(codeInvalidParams, "taskgate: task already finished"))
+	default:
+		h.log.Error().Err(err).Str(logRPCMethod, info.method).Msg("task store operation failed")
+		h.rpcError(rc, info, id, newRPCError(codeInternalError, msgStoreUnavailable))
+	}
+}
+
+// appendTask appends the wire form of t (the flat Task of the schema).
+func appendTask(dst []byte, t *taskstore.Task) []byte {
+	dst = append(dst, `{"taskId":`...)
+	dst = appendJSONString(dst, t.ID)
+	dst = append(dst, `,"status":"`...)
+	dst = append(dst, t.Status...)
+	dst = append(dst, '"')
+	if t.StatusMessage != "" {
+		dst = append(dst, `,"statusMessage":`...)
+		dst = appendJSONString(dst, t.StatusMessage)
+	}
+	dst = append(dst, `,"createdAt":"`...)
+	dst = t.CreatedAt.UTC().AppendFormat(dst, timeFormat)
+	dst = append(dst, `","lastUpdatedAt":"`...)
+	dst = t.UpdatedAt.UTC().AppendFormat(dst, timeFormat)
+	dst = append(dst, `","ttl":`...)
+	dst = strconv.AppendInt(dst, t.TTL.Milliseconds(), 10)
+	if t.PollInterval > 0 {
+		dst = append(dst, `,"pollInterval":`...)
+		dst = strconv.AppendInt(dst, t.PollInterval.Milliseconds(), 10)
+	}
+	return append(dst, '}')
+}
+
+// timeFormat is RFC 3339 in UTC with milliseconds (T-26, T-27).
+const timeFormat = "2006-01-02T15:04:05.000Z"
+
+// appendOutcome appends the tasks/result answer for a terminal task:
+// the upstream result with related-task _meta (T-36..T-40), the upstream
+// error verbatim (T-38, Q-02), or -32603 for cancelled tasks (Q-01) and
+// calls that produced no upstream answer.
+func appendOutcome(dst, id []byte, t *taskstore.Task, out *taskstore.Outcome) []byte {
+	switch {
+	case t.Status == taskstore.Cancelled:
+		return appendErrorResponse(dst, id, codeInternalError, "taskgate: task was cancelled; it has no result")
+	case out != nil && out.Kind == taskstore.OutcomeResult:
+		if res, err := withRelatedTask(out.Raw, t.ID); err == nil {
+			return appendResultResponse(dst, id, res)
+		}
+		return appendErrorResponse(dst, id, codeInternalError, "taskgate: stored result is malformed")
+	case out != nil && out.Kind == taskstore.OutcomeError:
+		return appendRawErrorResponse(dst, id, out.Raw)
+	}
+	msg := t.StatusMessage
+	if msg == "" {
+		msg = "task failed without an upstream answer"
+	}
+	return appendErrorResponse(dst, id, codeInternalError, "taskgate: "+msg)
+}
+
+// withRelatedTask returns result with _meta[related-task] = {taskId}.
+func withRelatedTask(result []byte, taskID string) ([]byte, error) {
+	meta := []byte("{}")
+	vals, err := members(result, "_meta")
+	if err != nil {
+		return nil, err
+	}
+	if vals[0] != nil && vals[0][0] == '{' {
+		meta = vals[0]
+	}
+	rel := make([]byte, 0, len(taskID)+14)
+	rel = append(rel, `{"taskId":`...)
+	rel = appendJSONString(rel, taskID)
+	rel = append(rel, '}')
+	if meta, err = setMember(meta, metaRelatedTask, rel); err != nil {
+		return nil, err
+	}
+	return setMember(result, "_meta", meta)
+}
+
+func (h *Handler) writeOutcome(rc *fasthttp.RequestCtx, id []byte, t *taskstore.Task, out *taskstore.Outcome) {
+	size := 128
+	if out != nil {
+		size += len(out.Raw)
+	}
+	rc.SetStatusCode(fasthttp.StatusOK)
+	rc.Response.Header.SetContentType("application/json")
+	rc.SetBody(appendOutcome(make([]byte, 0, size), id, t, out))
+}
+
+func acceptsSSE(hdr *fasthttp.RequestHeader) bool {
+	return bytes.Contains(hdr.Peek(fasthttp.HeaderAccept), []byte("text/event-stream"))
+}
+
+// awaitResult blocks a tasks/result until the task is terminal (T-37). With
+// SSE it answers at once with a priming event and keep-alive comments, so
+// idle timeouts of proxies on the way do not cut the wait; the final answer
+// is the last event, after which the stream ends. The event ids let a
+// client resume a cut stream with GET + Last-Event-ID (E-25). A client
+// that accepts only JSON gets the answer when it is ready.
+func (h *Handler) awaitResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, owner, taskID string, sse bool) {
+	if !sse {
+		var buf []byte
+		t, out, err := h.waitTerminal(h.root, owner, taskID, nil)
+		if err != nil {
+			h.storeError(rc, info, id, err)
+			return
+		}
+		buf = appendOutcome(buf, id, t, out)
+		rc.SetStatusCode(fasthttp.StatusOK)
+		rc.Response.Header.SetContentType("application/json")
+		rc.SetBody(buf)
+		return
+	}
+	h.streamResult(rc, id, owner, taskID)
+}
+
+// resumeResult serves GET + Last-Event-ID of a cut tasks/result stream
+// (E-25): the answer is a new stream that ends with the result, delivered
+// with the original request id. The owner check is the store lookup.
+func (h *Handler) resumeResult(rc *fasthttp.RequestCtx, info *reqInfo, taskID string, rpcID []byte) {
+	owner, _ := h.owner(&rc.Request.Header)
+	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
+	_, err := h.store.Get(ctx, owner, taskID)
+	cancel()
+	if err != nil {
+		status := fasthttp.StatusNotFound
+		if !errors.Is(err, taskstore.ErrNotFound) {
+			status = fasthttp.StatusServiceUnavailable
+		}
+		info.outcome = "resume_refused"
+		h.httpRPCError(rc, status, nil, codeInvalidParams, msgTaskNotFound)
+		return
+	}
+	h.streamResult(rc, rpcID, owner, taskID)
+}
+
+// streamResult answers with an SSE stream that ends with the task's result.
+func (h *Handler) streamResult(rc *fasthttp.RequestCtx, id []byte, owner, taskID string) {
+	rc.SetStatusCode(fasthttp.StatusOK)
+	rc.Response.Header.SetContentType("text/event-stream")
+	rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+	rc.Response.ImmediateHeaderFlush = true
+	evID := resultEventID(taskID, id)
+	h.wg.Add(1)
+	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer h.wg.Done()
+		ctx, cancel := context.WithCancel(h.root)
+		defer cancel()
+		// Priming event (H-07): an id and empty data; retry tells the
+		// client how soon to resume when the connection drops.
+		fmt.Fprintf(w, "id: %s\nretry: %d\ndata: \n\n", evID, resumeRetryMs)
+		if w.Flush() != nil {
+			return
+		}
+		keep := func() bool {
+			_, err := w.WriteString(": keep-alive\n\n")
+			return err == nil && w.Flush() == nil
+		}
+		t, out, err := h.waitTerminal(ctx, owner, taskID, keep)
+		var buf []byte
+		switch {
+		case err == nil:
+			buf = appendOutcome(nil, id, t, out)
+		case errors.Is(err, taskstore.ErrNotFound):
+			buf = appendErrorResponse(nil, id, codeInvalidParams, msgTaskNotFound)
+		case errors.Is(err, errClientGone):
+			return
+		case ctx.Err() != nil:
+			return // shutting down: the client resumes on another replica
+		default:
+			buf = appendErrorResponse(nil, id, codeInternalError, msgStoreUnavailable)
+		}
+		_, _ = w.Write(appendSSE(nil, evID, buf))
+		_ = w.Flush()
+	})
+}
+
+// resumeRetryMs is the SSE retry hint on tasks/result streams.
+const resumeRetryMs = 2000
+
+// resultEventID names the events of a tasks/result stream: the prefix marks
+// it as taskgate's, then the task id and the JSON-RPC request id.
+func resultEventID(taskID string, rpcID []byte) string {
+	return resultEventPrefix + taskID + "." + base64.RawURLEncoding.EncodeToString(rpcID)
+}
+
+const resultEventPrefix = "tg1."
+
+func parseResultEventID(s string) (taskID string, rpcID []byte, ok bool) {
+	rest, found := strings.CutPrefix(s, resultEventPrefix)
+	if !found {
+		return "", nil, false
+	}
+	taskID, enc, found := strings.Cut(rest, ".")
+	if !found || taskID == "" {
+		return "", nil, false
+	}
+	rpcID, err := base64.RawURLEncoding.DecodeString(enc)
+	if err != nil || len(rpcID) == 0 {
+		return "", nil, false
+	}
+	env := scanner{b: rpcID}
+	if raw, err := env.value(); err != nil || len(raw) != len(rpcID) || !validID(rpcID) {
+		return "", nil, false
+	}
+	return taskID, rpcID, true
+}
+
+var errClientGone = errors.New("client went away")
+
+// waitTerminal waits until the task is terminal and returns it with its
+// outcome. It subscribes before re-reading, so no wake-up is lost; a slow
+// re-check also runs in case a wake-up was lost on a Redis reconnect.
+// tick, when set, runs every KeepAlive and ends the wait when it fails.
+func (h *Handler) waitTerminal(ctx context.Context, owner, taskID string, tick func() bool) (*taskstore.Task, *taskstore.Outcome, error) {
+	ch, stop, err := h.store.Watch(ctx, owner, taskID)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer stop()
+	keep := time.NewTicker(h.cfg.KeepAlive)
+	defer keep.Stop()
+	recheck := time.NewTicker(recheckInterval)
+	defer recheck.Stop()
+	for {
+		rctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
+		t, out, err := h.store.Outcome(rctx, owner, taskID)
+		cancel()
+		if err != nil && !errors.Is(err, taskstore.ErrUnavailable) {
+			return nil, nil, err
+		}
+		if err == nil && t.Status.Terminal() {
+			return t, out, nil
+		}
+		for wait := true; wait; {
+			select {
+			case <-ch:
+				wait = false
+			case <-recheck.C:
+				wait = false
+			case <-keep.C:
+				if tick != nil && !tick() {
+					return nil, nil, errClientGone
+				}
+			case <-ctx.Done():
+				return nil, nil, ctx.Err()
+			}
+		}
+	}
+}
+
+// recheckInterval bounds how long a lost pub/sub wake-up can delay a
+// tasks/result answer.
+const recheckInterval = 5 * time.Second

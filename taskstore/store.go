@@ -1,0 +1,134 @@
+package taskstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Status is a task's status as defined by MCP 2025-11-25 (TaskStatus).
+type Status string
+
+// The five task statuses. Completed, Failed and Cancelled are terminal (T-23).
+const (
+	Working       Status = "working"
+	InputRequired Status = "input_required"
+	Completed     Status = "completed"
+	Failed        Status = "failed"
+	Cancelled     Status = "cancelled"
+)
+
+// Terminal reports whether s is completed, failed or cancelled.
+func (s Status) Terminal() bool {
+	return s == Completed || s == Failed || s == Cancelled
+}
+
+// OutcomeKind says what the stored outcome of a finished task holds.
+type OutcomeKind string
+
+// Outcome kinds. The store keeps the upstream's answer raw; mapping it to a
+// wire status is the caller's job (DESIGN decision 7).
+const (
+	// OutcomeNone: no outcome (task not finished, or cancelled).
+	OutcomeNone OutcomeKind = ""
+	// OutcomeResult: Raw is the upstream JSON-RPC "result" member verbatim.
+	OutcomeResult OutcomeKind = "result"
+	// OutcomeError: Raw is the upstream JSON-RPC "error" member verbatim.
+	OutcomeError OutcomeKind = "error"
+	// OutcomeInternal: taskgate could not obtain an upstream answer
+	// (transport failure, timeout, lost lease); Raw is empty and the
+	// task's StatusMessage says why.
+	OutcomeInternal OutcomeKind = "internal"
+)
+
+// Outcome is the final answer of a task's underlying request.
+type Outcome struct {
+	Kind OutcomeKind
+	Raw  json.RawMessage
+}
+
+// Task is one task as stored. Times have millisecond precision.
+type Task struct {
+	ID            string
+	Owner         string // opaque owner key (already a hash; safe in key names)
+	Status        Status
+	StatusMessage string
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+	TTL           time.Duration // effective retention from CreatedAt; always > 0
+	PollInterval  time.Duration // 0 = not reported
+	Tool          string        // tool name of the underlying tools/call
+	UpstreamID    string        // JSON-RPC id used for the upstream request (raw JSON text)
+	Runner        string        // id of the taskgate process running the call
+}
+
+// ExpiresAt is CreatedAt + TTL: after it the task and its outcome are gone (T-30).
+func (t *Task) ExpiresAt() time.Time { return t.CreatedAt.Add(t.TTL) }
+
+// Errors returned by Store implementations. Callers use errors.Is.
+var (
+	// ErrNotFound: no such task for this owner (unknown, expired or foreign id).
+	ErrNotFound = errors.New("taskstore: task not found")
+	// ErrTerminal: the task is already terminal; the change was refused.
+	ErrTerminal = errors.New("taskstore: task is already terminal")
+	// ErrOwnerLimit: the owner already has the maximum number of live tasks.
+	ErrOwnerLimit = errors.New("taskstore: too many running tasks for this owner")
+	// ErrBadCursor: a tasks/list cursor that this store did not issue for this owner.
+	ErrBadCursor = errors.New("taskstore: invalid cursor")
+	// ErrUnavailable wraps failures to reach the backing Redis.
+	ErrUnavailable = errors.New("taskstore: task store unavailable")
+)
+
+// CreateOptions bound a creation.
+type CreateOptions struct {
+	// MaxPerOwner caps the owner's non-terminal tasks; 0 = no cap.
+	MaxPerOwner int
+	// Lease is how long the runner's lease lasts before it must Renew.
+	Lease time.Duration
+}
+
+// Store keeps tasks and their outcomes. Implementations are safe for
+// concurrent use. Every method with a ctx does I/O and honours its deadline.
+type Store interface {
+	// Create stores t (status working, CreatedAt == UpdatedAt) and takes a
+	// lease for t.Runner, in one round trip. ErrOwnerLimit when over
+	// MaxPerOwner; then nothing is stored.
+	Create(ctx context.Context, t *Task, opt CreateOptions) error
+	// Get returns the task or ErrNotFound.
+	Get(ctx context.Context, owner, id string) (*Task, error)
+	// Update moves a non-terminal task between working and input_required
+	// and/or sets its status message (msg == "" keeps the current one).
+	// ErrTerminal if terminal, ErrNotFound if missing.
+	Update(ctx context.Context, owner, id string, st Status, msg string) (*Task, error)
+	// Finish moves a non-terminal task to completed or failed, stores out and
+	// drops its lease. ErrTerminal if already terminal (a late outcome after a
+	// cancel is dropped, T-59), ErrNotFound if missing/expired.
+	Finish(ctx context.Context, owner, id string, st Status, msg string, out Outcome) (*Task, error)
+	// Cancel moves a non-terminal task to cancelled (T-58) and returns it.
+	// ErrTerminal if already terminal (T-57), ErrNotFound if missing.
+	Cancel(ctx context.Context, owner, id, msg string) (*Task, error)
+	// Outcome returns the task and its stored outcome in one round trip.
+	Outcome(ctx context.Context, owner, id string) (*Task, *Outcome, error)
+	// List returns up to limit of owner's live tasks in creation order,
+	// starting after cursor ("" = from the start), and the cursor of the
+	// next page ("" = no more). ErrBadCursor for a cursor it did not issue.
+	List(ctx context.Context, owner, cursor string, limit int) ([]Task, string, error)
+	// Watch delivers a signal on the returned channel whenever the task
+	// changes (any replica). The store stays the source of truth: callers
+	// re-read after each signal. stop releases the subscription.
+	Watch(ctx context.Context, owner, id string) (ch <-chan struct{}, stop func(), err error)
+	// Renew extends the runner's lease to now+lease and returns the task's
+	// current status (so a runner learns of a cancel even without Watch).
+	Renew(ctx context.Context, owner, id string, lease time.Duration) (Status, error)
+	// Recover fails every non-terminal task whose lease expired more than
+	// skew ago, with statusMessage msg, and returns those tasks.
+	Recover(ctx context.Context, skew time.Duration, msg string) ([]Task, error)
+	// SessionVersion returns the upstream protocol version recorded for the
+	// session key, or "" when none was recorded.
+	SessionVersion(ctx context.Context, session string) (string, error)
+	// SetSessionVersion records the upstream's protocol version for a session.
+	SetSessionVersion(ctx context.Context, session, version string, ttl time.Duration) error
+	// Ping checks that the store is reachable.
+	Ping(ctx context.Context) error
+}
