@@ -355,6 +355,7 @@ func (h *Handler) resume(ctx context.Context, j *job, lastID string) (io.Reader,
 	j.req.Header.CopyTo(&req.Header)
 	req.Header.SetMethod(fasthttp.MethodGet)
 	req.Header.Del(fasthttp.HeaderContentType)
+	req.Header.Del(fasthttp.HeaderContentLength) // the POST's length would make the upstream wait for a body
 	req.Header.Set(fasthttp.HeaderAccept, "text/event-stream")
 	req.Header.Set(headerLastEventID, lastID)
 	req.Header.SetConnectionClose()
@@ -482,4 +483,3 @@ func (h *Handler) notifyCancelled(j *job, reason string) {
 	body = append(body, "}}"...)
 	h.postUpstream(j, body)
 }
-

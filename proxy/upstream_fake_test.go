@@ -1,0 +1,216 @@
+package proxy
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// fakeUpstream is a scripted MCP server on loopback TCP (the runner dials
+// real TCP). Tools:
+//
+//	echo {text}      JSON result at once
+//	block            SSE answer that blocks until release() or until the
+//	                 proxy drops the connection (recorded as aborted)
+//	fail             isError result
+//	rpcerr           JSON-RPC error with data
+//	progress         SSE: a progress notification, then the result
+//	drop             SSE: an event with id "e1" and retry 10, then the
+//	                 connection closes; GET with Last-Event-ID e1 delivers
+//	                 the result
+//	status404        HTTP 404
+//	big {bytes}      JSON result with a text of that many bytes
+type fakeUpstream struct {
+	t    *testing.T
+	addr string
+	srv  *fasthttp.Server
+
+	mu        sync.Mutex
+	requests  []fakeRequest // every POST body with its headers
+	cancelled []string      // requestIds of notifications/cancelled
+	aborted   int           // block answers whose connection the proxy closed
+	release   chan struct{}
+	dropID    string
+}
+
+type fakeRequest struct {
+	method  string // JSON-RPC method
+	body    string
+	headers map[string]string
+	httpGet bool
+}
+
+func newFakeUpstream(t *testing.T) *fakeUpstream {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &fakeUpstream{t: t, addr: ln.Addr().String(), release: make(chan struct{})}
+	u.srv = &fasthttp.Server{Handler: u.serve, CloseOnShutdown: true}
+	go func() { _ = u.srv.Serve(ln) }()
+	t.Cleanup(func() {
+		u.releaseAll()
+		_ = u.srv.Shutdown()
+	})
+	return u
+}
+
+func (u *fakeUpstream) url() string { return "http://" + u.addr + "/mcp" }
+
+func (u *fakeUpstream) releaseAll() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	select {
+	case <-u.release:
+	default:
+		close(u.release)
+	}
+}
+
+func (u *fakeUpstream) snapshot() (reqs []fakeRequest, cancelled []string, aborted int) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]fakeRequest(nil), u.requests...), append([]string(nil), u.cancelled...), u.aborted
+}
+
+// toolCalls counts the tools/call requests the upstream received.
+func (u *fakeUpstream) toolCalls() int {
+	reqs, _, _ := u.snapshot()
+	n := 0
+	for _, r := range reqs {
+		if r.method == "tools/call" {
+			n++
+		}
+	}
+	return n
+}
+
+func (u *fakeUpstream) serve(rc *fasthttp.RequestCtx) {
+	hdr := map[string]string{}
+	for _, k := range []string{"Mcp-Session-Id", "Authorization", "Mcp-Protocol-Version", "Last-Event-Id", "X-Custom"} {
+		if v := rc.Request.Header.Peek(k); len(v) > 0 {
+			hdr[k] = string(v)
+		}
+	}
+	if rc.IsGet() {
+		u.mu.Lock()
+		u.requests = append(u.requests, fakeRequest{headers: hdr, httpGet: true})
+		u.mu.Unlock()
+		if hdr["Last-Event-Id"] == "e1" {
+			rc.Response.Header.SetContentType("text/event-stream")
+			id := u.lastDropID()
+			rc.SetBodyString("id: e2\ndata: " + `{"jsonrpc":"2.0","id":` + id + `,"result":{"content":[{"type":"text","text":"resumed"}]}}` + "\n\n")
+			return
+		}
+		rc.SetStatusCode(fasthttp.StatusMethodNotAllowed)
+		return
+	}
+	var msg struct {
+		ID     json.RawMessage `json:"id"`
+		Method string          `json:"method"`
+		Params struct {
+			Name      string          `json:"name"`
+			RequestID json.RawMessage `json:"requestId"`
+			Arguments struct {
+				Text  string `json:"text"`
+				Bytes int    `json:"bytes"`
+			} `json:"arguments"`
+		} `json:"params"`
+	}
+	body := append([]byte(nil), rc.PostBody()...)
+	if err := json.Unmarshal(body, &msg); err != nil {
+		rc.SetStatusCode(fasthttp.StatusBadRequest)
+		return
+	}
+	u.mu.Lock()
+	u.requests = append(u.requests, fakeRequest{method: msg.Method, body: string(body), headers: hdr})
+	if msg.Method == "notifications/cancelled" {
+		u.cancelled = append(u.cancelled, string(msg.Params.RequestID))
+	}
+	u.mu.Unlock()
+	if msg.ID == nil {
+		rc.SetStatusCode(fasthttp.StatusAccepted)
+		return
+	}
+	id := string(msg.ID)
+	jsonAnswer := func(s string) {
+		rc.Response.Header.SetContentType("application/json")
+		rc.SetBodyString(s)
+	}
+	if msg.Method != "tools/call" {
+		jsonAnswer(`{"jsonrpc":"2.0","id":` + id + `,"result":{}}`)
+		return
+	}
+	switch msg.Params.Name {
+	case "echo":
+		jsonAnswer(`{"jsonrpc":"2.0","id":` + id + `,"result":{"content":[{"type":"text","text":` + quote(msg.Params.Arguments.Text) + `}],"structuredContent":{"n":1}}}`)
+	case "fail":
+		jsonAnswer(`{"jsonrpc":"2.0","id":` + id + `,"result":{"content":[{"type":"text","text":"quota exceeded"}],"isError":true}}`)
+	case "rpcerr":
+		jsonAnswer(`{"jsonrpc":"2.0","id":` + id + `,"error":{"code":-32042,"message":"URL elicitation required","data":{"elicitations":[{"mode":"url","url":"https://example.test/x"}]}}}`)
+	case "status404":
+		rc.SetStatusCode(fasthttp.StatusNotFound)
+		rc.SetBodyString("session not found")
+	case "big":
+		jsonAnswer(`{"jsonrpc":"2.0","id":` + id + `,"result":{"content":[{"type":"text","text":"` + strings.Repeat("x", msg.Params.Arguments.Bytes) + `"}]}}`)
+	case "progress":
+		rc.Response.Header.SetContentType("text/event-stream")
+		rc.SetBodyString("event: message\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"p\",\"progress\":1,\"total\":2}}\n\n" +
+			"data: {\"jsonrpc\":\"2.0\",\"id\":\"srv-1\",\"method\":\"ping\"}\n\n" +
+			"data: {\"jsonrpc\":\"2.0\",\"id\":" + id + ",\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"done\"}]}}\n\n")
+	case "drop":
+		u.mu.Lock()
+		u.dropID = id
+		u.mu.Unlock()
+		rc.Response.Header.SetContentType("text/event-stream")
+		rc.SetConnectionClose()
+		rc.SetBodyStreamWriter(func(w *bufio.Writer) {
+			fmt.Fprint(w, "id: e1\nretry: 10\ndata: \n\n")
+			_ = w.Flush()
+			// returning ends the response without the result
+		})
+	case "block":
+		rc.Response.Header.SetContentType("text/event-stream")
+		release := u.release
+		rc.SetBodyStreamWriter(func(w *bufio.Writer) {
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-release:
+					fmt.Fprint(w, "data: {\"jsonrpc\":\"2.0\",\"id\":"+id+",\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"released\"}]}}\n\n")
+					_ = w.Flush()
+					return
+				case <-tick.C:
+					if _, err := w.WriteString(": tick\n\n"); err != nil || w.Flush() != nil {
+						u.mu.Lock()
+						u.aborted++
+						u.mu.Unlock()
+						return
+					}
+				}
+			}
+		})
+	default:
+		jsonAnswer(`{"jsonrpc":"2.0","id":` + id + `,"error":{"code":-32602,"message":"unknown tool"}}`)
+	}
+}
+
+func (u *fakeUpstream) lastDropID() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.dropID
+}
+
+func quote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
