@@ -1,0 +1,174 @@
+// Command legacy-mcp is a demo MCP server without tasks support, built on the
+// official Go SDK and served over Streamable HTTP. It is what the README
+// quickstart puts behind taskgate and what the e2e tests use as a real
+// upstream.
+//
+// Tools: echo, slow (progress, log notifications, cancellation), fail
+// (isError result), rpc_error (JSON-RPC error), large (big result with its
+// sha256), ask (elicitation) and stats (counters tests read to see that a
+// cancel reached the server).
+//
+// Usage:
+//
+//	legacy-mcp [--listen 127.0.0.1:3000] [--path /mcp] [--stateless] [--json]
+//	           [--max-protocol-version 2025-11-25] [--log-level info]
+//
+// It prints "listening on http://ADDR/PATH" to stderr once it accepts
+// connections, and shuts down gracefully on SIGINT or SIGTERM.
+//
+// Logging uses log/slog rather than zerolog: the SDK takes a *slog.Logger for
+// its own logs, so one handler serves both.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// config is the parsed command line.
+type config struct {
+	listen             string        // address to listen on
+	path               string        // URL path of the MCP endpoint
+	stateless          bool          // no sessions: each POST is its own session
+	jsonResponse       bool          // answer POSTs with application/json instead of SSE
+	maxProtocolVersion string        // newest protocol version negotiated or accepted
+	logLevel           slog.Level    // minimum level logged to stderr
+	anyHost            bool          // accept any Host header on loopback (no DNS rebinding protection)
+	shutdownTimeout    time.Duration // how long running requests may take to finish at shutdown
+}
+
+// defaultMaxProtocolVersion is the newest protocol version served by default:
+// the one whose tasks taskgate adds. The SDK also speaks 2026-07-28.
+const defaultMaxProtocolVersion = "2025-11-25"
+
+func main() {
+	cfg, err := parseFlags(os.Args[1:], os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "legacy-mcp:", err)
+		os.Exit(2)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg, log, os.Stderr); err != nil {
+		log.Error("exiting", "err", err)
+		os.Exit(1)
+	}
+}
+
+// parseFlags parses and validates the command line.
+func parseFlags(args []string, out io.Writer) (config, error) {
+	var cfg config
+	fs := flag.NewFlagSet("legacy-mcp", flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:3000", "address to listen on")
+	fs.StringVar(&cfg.path, "path", "/mcp", "URL path of the MCP endpoint")
+	fs.BoolVar(&cfg.stateless, "stateless", false, "serve without sessions (no Mcp-Session-Id; server-to-client requests such as elicitation fail)")
+	fs.BoolVar(&cfg.jsonResponse, "json", false, "answer POSTs with application/json instead of an SSE stream")
+	fs.StringVar(&cfg.maxProtocolVersion, "max-protocol-version", defaultMaxProtocolVersion,
+		"newest MCP protocol version to negotiate; requests with a newer MCP-Protocol-Version header get HTTP 400 (one of "+
+			strings.Join(mcp.SupportedProtocolVersions(), ", ")+")")
+	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")
+	fs.BoolVar(&cfg.anyHost, "any-host", false, "accept requests with any Host header on a loopback address (disables the SDK's DNS rebinding protection)")
+	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 5*time.Second, "at shutdown, how long running requests may take before they are cut")
+	if err := fs.Parse(args); err != nil {
+		return config{}, err
+	}
+	if fs.NArg() > 0 {
+		return config{}, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if !strings.HasPrefix(cfg.path, "/") {
+		return config{}, fmt.Errorf("--path %q: must start with /", cfg.path)
+	}
+	if !slices.Contains(mcp.SupportedProtocolVersions(), cfg.maxProtocolVersion) {
+		return config{}, fmt.Errorf("--max-protocol-version %q: want one of %s",
+			cfg.maxProtocolVersion, strings.Join(mcp.SupportedProtocolVersions(), ", "))
+	}
+	return cfg, nil
+}
+
+// run serves until ctx is done, then shuts down: it stops accepting, gives
+// running requests cfg.shutdownTimeout to finish (closing each MCP session
+// once its calls returned), then ends running tool calls and closes all
+// connections. It writes the ready line to ready.
+func run(ctx context.Context, cfg config, log *slog.Logger, ready io.Writer) error {
+	ln, err := net.Listen("tcp", cfg.listen)
+	if err != nil {
+		return err
+	}
+	root, cancelRoot := context.WithCancel(context.Background())
+	defer cancelRoot()
+	server := newServer(root, cfg, log)
+	srv := &http.Server{
+		Handler:           newHandler(cfg, server, log),
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	log.Info("serving", "stateless", cfg.stateless, "json", cfg.jsonResponse, "max_protocol_version", cfg.maxProtocolVersion)
+	fmt.Fprintf(ready, "listening on http://%s%s\n", ln.Addr(), cfg.path)
+
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "timeout", cfg.shutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
+	defer cancel()
+	closed := make(chan struct{})
+	go func() { // ends once every session's calls returned; cancelRoot below bounds that
+		defer close(closed)
+		closeSessions(server)
+	}()
+	err = srv.Shutdown(sctx)
+	cancelRoot()
+	if err != nil {
+		log.Warn("requests still running at shutdown, closing", "err", err)
+		err = srv.Close()
+	}
+	<-closed
+	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
+		return serr
+	}
+	return err
+}
+
+// sdkLogger returns the logger given to the SDK: log, but only from warn up
+// unless log is at debug. The SDK logs raw session IDs at info.
+func sdkLogger(log *slog.Logger) *slog.Logger {
+	return slog.New(quietHandler{log.Handler()})
+}
+
+// quietHandler drops records below warn unless its handler is at debug.
+type quietHandler struct{ slog.Handler }
+
+func (h quietHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return h.Handler.Enabled(ctx, l) && (l >= slog.LevelWarn || h.Handler.Enabled(ctx, slog.LevelDebug))
+}
+
+func (h quietHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return quietHandler{h.Handler.WithAttrs(as)}
+}
+
+func (h quietHandler) WithGroup(name string) slog.Handler {
+	return quietHandler{h.Handler.WithGroup(name)}
+}
