@@ -112,7 +112,9 @@ func (h *Handler) run(j *job) {
 // replica: the store's wake-ups, with lease renewals as the fallback) or
 // this process shuts down, and renews the lease meanwhile.
 func (h *Handler) superviseRun(ctx context.Context, cancel context.CancelCauseFunc, t *taskstore.Task) {
-	ch, stop, err := h.store.Watch(ctx, t.Owner, t.ID)
+	wctx, wcancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
+	ch, stop, err := h.store.Watch(wctx, t.Owner, t.ID)
+	wcancel()
 	if err != nil {
 		ch = nil // rely on lease renewals
 	} else {

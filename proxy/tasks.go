@@ -492,7 +492,9 @@ var errClientGone = errors.New("client went away")
 // re-check also runs in case a wake-up was lost on a Redis reconnect.
 // tick, when set, runs every KeepAlive and ends the wait when it fails.
 func (h *Handler) waitTerminal(ctx context.Context, owner, taskID string, tick func() bool) (*taskstore.Task, *taskstore.Outcome, error) {
-	ch, stop, err := h.store.Watch(ctx, owner, taskID)
+	wctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
+	ch, stop, err := h.store.Watch(wctx, owner, taskID)
+	cancel()
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,0 +1,93 @@
+package taskstore
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+)
+
+// keys builds every Redis key and channel name the store uses. Nothing else
+// in the package spells a key (STYLE rule 12).
+//
+// Layout (P = Config.Prefix, default "taskgate"):
+//
+//	P:{owner}:task:<id>   hash   one task; expires at CreatedAt+TTL
+//	P:{owner}:index       zset   member id, score = creation order (ms, strictly increasing)
+//	P:{owner}:live        zset   member id, score = task expiry ms; non-terminal tasks only
+//	P:{owner}:ev:<id>     channel  wake-ups for Watch (not a key)
+//	P:leases              zset   member "<owner>/<id>", score = lease deadline ms
+//	P:sess:<sha256 hex>   string upstream protocol version of a session
+//
+// The {owner} hash tag puts all of an owner's keys in one Cluster slot, so
+// every per-task script touches one slot. P:leases is the only global key;
+// it is never touched by the same script as an owner key.
+type keys struct{ prefix string }
+
+func (k keys) task(owner, id string) string { return k.taskPrefix(owner) + id }
+
+// taskPrefix is the task key without its id. listCmd appends ids to it, which
+// stays in the owner's slot because of the hash tag.
+func (k keys) taskPrefix(owner string) string { return k.prefix + ":{" + owner + "}:task:" }
+
+func (k keys) index(owner string) string { return k.prefix + ":{" + owner + "}:index" }
+
+func (k keys) live(owner string) string { return k.prefix + ":{" + owner + "}:live" }
+
+func (k keys) events(owner, id string) string { return k.prefix + ":{" + owner + "}:ev:" + id }
+
+func (k keys) leases() string { return k.prefix + ":leases" }
+
+// session hashes the session id so raw session ids never appear in Redis.
+func (k keys) session(session string) string {
+	sum := sha256.Sum256([]byte(session))
+	return k.prefix + ":sess:" + hex.EncodeToString(sum[:])
+}
+
+// leaseMember names a task in the lease zset. IDs never contain '/', so the
+// last '/' separates owner and id.
+func leaseMember(owner, id string) string { return owner + "/" + id }
+
+func parseLeaseMember(m string) (owner, id string, ok bool) {
+	i := strings.LastIndexByte(m, '/')
+	if i < 0 {
+		return "", "", false
+	}
+	owner, id = m[:i], m[i+1:]
+	return owner, id, validOwner(owner) && validID(id)
+}
+
+// validOwner accepts 1..256 printable ASCII bytes without braces, so an
+// owner can neither break the {owner} hash tag nor alias another owner's keys.
+func validOwner(s string) bool {
+	if len(s) == 0 || len(s) > 256 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c <= ' ' || c >= 0x7f || c == '{' || c == '}' {
+			return false
+		}
+	}
+	return true
+}
+
+// validID accepts 1..128 bytes of [A-Za-z0-9_-]; NewID's 32 hex chars qualify.
+func validID(s string) bool {
+	if len(s) == 0 || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// validPrefix rejects braces (they would hijack the hash tag) and whitespace.
+func validPrefix(s string) bool {
+	return s != "" && validOwner(s) && !strings.ContainsRune(s, '/')
+}

@@ -1,0 +1,251 @@
+package taskstore
+
+import (
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Hash fields of a task (P:{owner}:task:<id>). Times and durations are
+// decimal milliseconds.
+const (
+	fStatus  = "status"  // Status
+	fMsg     = "msg"     // status message
+	fCreated = "created" // CreatedAt, unix ms
+	fUpdated = "updated" // UpdatedAt (lastUpdatedAt), unix ms
+	fTTL     = "ttl"     // TTL ms
+	fPoll    = "poll"    // PollInterval ms
+	fTool    = "tool"    // tool name
+	fUpID    = "upid"    // upstream JSON-RPC id, raw JSON text
+	fRunner  = "runner"  // runner process id
+	fLease   = "lease"   // lease deadline, unix ms; removed when terminal
+	fOutKind = "okind"   // OutcomeKind; absent until finished
+	fOut     = "out"     // outcome raw bytes; absent until finished
+)
+
+// metaFields are the fields every script returns and decodeTask reads, in
+// this order. The Lua prelude's F table is generated from it.
+var metaFields = []string{fStatus, fMsg, fCreated, fUpdated, fTTL, fPoll, fTool, fUpID, fRunner}
+
+// outcomeFields is metaFields plus the outcome (Outcome's one HMGET).
+var outcomeFields = append(append([]string(nil), metaFields...), fOutKind, fOut)
+
+// luaPrelude is shared by the scripts:
+//   - F: metaFields; meta(k) = HMGET k F... (v[1] false when the task is missing)
+//   - alive(v, now): task exists and now < created+ttl (T-30; the Redis TTL
+//     removes it at the same instant, this makes the cut-off exact even when a
+//     backend expires lazily)
+//   - terminal(s): completed, failed or cancelled (T-23)
+//   - extend(k, at, now): make k live at least until unix ms at. Uses PTTL
+//     rather than PEXPIREAT NX/GT so it also runs on Redis < 7.
+//   - ms(x): integer ms as a decimal string (Lua numbers would print as
+//     1.7e+12 on gopher-lua).
+var luaPrelude = `
+local F = {` + luaStrings(metaFields) + `}
+local function meta(k) return redis.call("HMGET", k, unpack(F)) end
+local function alive(v, now) return v[1] and (tonumber(v[3]) + tonumber(v[5]) > now) end
+local function terminal(s) return s == "completed" or s == "failed" or s == "cancelled" end
+local function ms(x) return string.format("%d", x) end
+local function extend(k, at, now)
+  local p = redis.call("PTTL", k)
+  if p < 0 or now + p < at then redis.call("PEXPIREAT", k, ms(at)) end
+end
+local function reply(code, v)
+  local r = {code}
+  for i = 1, #F do r[i + 1] = v[i] end
+  return r
+end
+`
+
+func luaStrings(ss []string) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = `"` + s + `"`
+	}
+	return strings.Join(q, ", ")
+}
+
+// Codes returned by the scripts (first element of the reply array).
+const (
+	codeOK        = 1
+	codeNotFound  = 0  // missing or expired
+	codeTerminal  = -1 // already terminal (or, for createCmd, id exists)
+	codeLimit     = -2 // createCmd: owner over MaxPerOwner
+	codeLeaseLive = -2 // terminateCmd: lease not expired before the cutoff
+)
+
+// createCmd stores a new working task and counts the owner's live tasks.
+//
+// KEYS[1] task hash, KEYS[2] owner index zset, KEYS[3] owner live zset.
+// ARGV[1] id, ARGV[2] now ms, ARGV[3] expires-at ms (now+ttl),
+// ARGV[4] keep-until ms for the index and live zsets, ARGV[5] max live tasks
+// (0 = no cap), ARGV[6] lease deadline ms, ARGV[7] ttl ms, ARGV[8] poll ms,
+// ARGV[9] tool, ARGV[10] upstream id, ARGV[11] runner, ARGV[12] status
+// message, ARGV[13] task key prefix P:{owner}:task: (same slot).
+//
+// Returns {1} stored, {-1} id exists, {-2} owner at MaxPerOwner (nothing
+// written). With a cap, live members whose expiry passed are dropped first
+// (without one they stay until the zset's own TTL); at the cap,
+// members whose task hash is gone (expired on the server's clock, evicted)
+// are dropped too before the count is final. The index score is now, or the current highest score + 1 when
+// that is not below now, so creation order is strict per owner and a task
+// created while a client pages always sorts after the pages already read.
+var createCmd = redis.NewScript(luaPrelude + `
+local now = tonumber(ARGV[2])
+if redis.call("EXISTS", KEYS[1]) == 1 then return {-1} end
+local max = tonumber(ARGV[5])
+if max > 0 then redis.call("ZREMRANGEBYSCORE", KEYS[3], "-inf", ARGV[2]) end
+if max > 0 and redis.call("ZCARD", KEYS[3]) >= max then
+  local ids = redis.call("ZRANGE", KEYS[3], 0, -1)
+  for i = 1, #ids do
+    if redis.call("EXISTS", ARGV[13] .. ids[i]) == 0 then redis.call("ZREM", KEYS[3], ids[i]) end
+  end
+  if redis.call("ZCARD", KEYS[3]) >= max then return {-2} end
+end
+local score = now
+local top = redis.call("ZRANGE", KEYS[2], -1, -1, "WITHSCORES")
+if top[2] and tonumber(top[2]) >= score then score = tonumber(top[2]) + 1 end
+redis.call("HSET", KEYS[1], "status", "working", "msg", ARGV[12], "created", ARGV[2], "updated", ARGV[2],
+  "ttl", ARGV[7], "poll", ARGV[8], "tool", ARGV[9], "upid", ARGV[10], "runner", ARGV[11], "lease", ARGV[6])
+redis.call("PEXPIREAT", KEYS[1], ARGV[3])
+redis.call("ZADD", KEYS[2], ms(score), ARGV[1])
+redis.call("ZADD", KEYS[3], ARGV[3], ARGV[1])
+local keep = tonumber(ARGV[4])
+extend(KEYS[2], keep, now)
+extend(KEYS[3], keep, now)
+return {1}
+`)
+
+// leaseAddCmd records a lease in the global lease zset (its own slot, so it
+// is pipelined next to createCmd rather than run inside it).
+//
+// KEYS[1] lease zset. ARGV[1] member "<owner>/<id>", ARGV[2] lease deadline
+// ms, ARGV[3] keep-until ms (task expiry + slack), ARGV[4] now ms.
+// Returns 1.
+var leaseAddCmd = redis.NewScript(luaPrelude + `
+redis.call("ZADD", KEYS[1], ARGV[2], ARGV[1])
+extend(KEYS[1], tonumber(ARGV[3]), tonumber(ARGV[4]))
+return 1
+`)
+
+// updateCmd moves a non-terminal task between working and input_required
+// and/or sets its message; lastUpdatedAt moves (never backwards) only when
+// something changed (Q-19), and then a wake-up is published.
+//
+// KEYS[1] task hash. ARGV[1] status ("" keeps), ARGV[2] message ("" keeps),
+// ARGV[3] now ms, ARGV[4] event channel.
+// Returns {1, meta...} after the update, {0} missing or expired, {-1} terminal.
+var updateCmd = redis.NewScript(luaPrelude + `
+local now = tonumber(ARGV[3])
+local v = meta(KEYS[1])
+if not alive(v, now) then return {0} end
+if terminal(v[1]) then return {-1} end
+local changed = false
+if ARGV[1] ~= "" and ARGV[1] ~= v[1] then v[1] = ARGV[1]; changed = true end
+if ARGV[2] ~= "" and ARGV[2] ~= v[2] then v[2] = ARGV[2]; changed = true end
+if changed then
+  v[4] = ms(math.max(now, tonumber(v[4])))
+  redis.call("HSET", KEYS[1], "status", v[1], "msg", v[2], "updated", v[4])
+  redis.call("PUBLISH", ARGV[4], "u")
+end
+return reply(1, v)
+`)
+
+// terminateCmd moves a non-terminal task to a terminal status: Finish
+// (completed/failed + outcome), Cancel (cancelled, no outcome) and Recover
+// (failed + internal outcome, only if the lease expired). It refuses to
+// leave a terminal status (T-23, T-57, T-59), so a late outcome after a
+// cancel is dropped. The task leaves the owner's live zset and a wake-up is
+// published.
+//
+// KEYS[1] task hash, KEYS[2] owner live zset.
+// ARGV[1] status, ARGV[2] message (replaces the current one), ARGV[3] now
+// ms, ARGV[4] event channel, ARGV[5] outcome kind ("" = store none),
+// ARGV[6] outcome raw, ARGV[7] lease cutoff ms (0 = none; else refuse
+// unless the task's lease deadline < cutoff), ARGV[8] id.
+// Returns {1, meta...} after the change, {0} missing or expired,
+// {-1} terminal, {-2} lease not expired.
+var terminateCmd = redis.NewScript(luaPrelude + `
+local now = tonumber(ARGV[3])
+local v = meta(KEYS[1])
+if not alive(v, now) then return {0} end
+if terminal(v[1]) then return {-1} end
+local cutoff = tonumber(ARGV[7])
+if cutoff > 0 then
+  local lease = tonumber(redis.call("HGET", KEYS[1], "lease") or "0")
+  if lease >= cutoff then return {-2} end
+end
+v[1] = ARGV[1]
+v[2] = ARGV[2]
+v[4] = ms(math.max(now, tonumber(v[4])))
+redis.call("HSET", KEYS[1], "status", v[1], "msg", v[2], "updated", v[4])
+if ARGV[5] ~= "" then redis.call("HSET", KEYS[1], "okind", ARGV[5], "out", ARGV[6]) end
+redis.call("HDEL", KEYS[1], "lease")
+redis.call("ZREM", KEYS[2], ARGV[8])
+redis.call("PUBLISH", ARGV[4], "t")
+return reply(1, v)
+`)
+
+// renewCmd extends a non-terminal task's lease deadline.
+//
+// KEYS[1] task hash. ARGV[1] now ms, ARGV[2] new lease deadline ms.
+// Returns {1, status} extended, {-1, status} terminal (not extended),
+// {0} missing or expired.
+var renewCmd = redis.NewScript(luaPrelude + `
+local now = tonumber(ARGV[1])
+local v = meta(KEYS[1])
+if not alive(v, now) then return {0} end
+if terminal(v[1]) then return {-1, v[1]} end
+redis.call("HSET", KEYS[1], "lease", ARGV[2])
+return {1, v[1]}
+`)
+
+// listCmd reads one page of an owner's tasks in index order and prunes index
+// members whose task is missing or expired.
+//
+// KEYS[1] owner index zset. ARGV[1] task key prefix (P:{owner}:task:; the
+// task keys are built from it, same slot by the hash tag), ARGV[2] start
+// score (inclusive; "-inf" for the first page), ARGV[3] id of the last task
+// of the previous page ("" for none; members with the start score and an id
+// <= it are skipped), ARGV[4] page size n, ARGV[5] now ms.
+// Returns {more, id1, score1, meta1..., id2, ...}: up to n live tasks, more =
+// 1 when at least one further live task exists.
+var listCmd = redis.NewScript(luaPrelude + `
+local now = tonumber(ARGV[5])
+local n = tonumber(ARGV[4])
+local afterScore = tonumber(ARGV[2])
+local afterID = ARGV[3]
+local out = {0}
+local stale = {}
+local got = 0
+local off = 0
+local batch = n + 1
+if batch < 32 then batch = 32 end
+local done = false
+while not done do
+  local r = redis.call("ZRANGEBYSCORE", KEYS[1], ARGV[2], "+inf", "WITHSCORES", "LIMIT", off, batch)
+  for i = 1, #r, 2 do
+    local id = r[i]
+    local sc = tonumber(r[i + 1])
+    if not (afterID ~= "" and sc == afterScore and id <= afterID) then
+      local v = meta(ARGV[1] .. id)
+      if not alive(v, now) then
+        stale[#stale + 1] = id
+      elseif got == n then
+        out[1] = 1
+        done = true
+        break
+      else
+        got = got + 1
+        out[#out + 1] = id
+        out[#out + 1] = ms(sc)
+        for j = 1, #F do out[#out + 1] = v[j] end
+      end
+    end
+  end
+  off = off + #r / 2
+  if #r / 2 < batch then done = true end
+end
+for i = 1, #stale do redis.call("ZREM", KEYS[1], stale[i]) end
+return out
+`)

@@ -1,0 +1,192 @@
+package taskstore
+
+import (
+	"context"
+	"encoding/base64"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+func TestNewID_T17_T20(t *testing.T) {
+	re := regexp.MustCompile(`^[0-9a-f]{32}$`)
+	seen := make(map[string]bool, 10000)
+	for range 10000 {
+		id, err := NewID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !re.MatchString(id) {
+			t.Fatalf("NewID() = %q, want 32 lowercase hex chars", id)
+		}
+		if seen[id] {
+			t.Fatalf("NewID() repeated %q", id)
+		}
+		seen[id] = true
+	}
+}
+
+func TestKeysShareOwnerSlot(t *testing.T) {
+	k := keys{prefix: "taskgate"}
+	owner, id := "abc123", "0123456789abcdef0123456789abcdef"
+	for _, key := range []string{k.task(owner, id), k.index(owner), k.live(owner), k.events(owner, id), k.taskPrefix(owner) + id} {
+		if tag := key[strings.IndexByte(key, '{') : strings.IndexByte(key, '}')+1]; tag != "{"+owner+"}" {
+			t.Errorf("key %q has hash tag %q, want {%s}", key, tag, owner)
+		}
+	}
+	if got, want := k.task(owner, id), "taskgate:{abc123}:task:"+id; got != want {
+		t.Errorf("task key = %q, want %q", got, want)
+	}
+	if strings.Contains(k.session("secret-session"), "secret") {
+		t.Errorf("session key %q embeds the raw session id", k.session("secret-session"))
+	}
+	o, i, ok := parseLeaseMember(leaseMember("own/er", id))
+	if !ok || o != "own/er" || i != id {
+		t.Errorf("parseLeaseMember round trip = %q %q %v", o, i, ok)
+	}
+	for _, bad := range []string{"", "noslash", "owner/", "/" + id, "ow{ner/" + id} {
+		if _, _, ok := parseLeaseMember(bad); ok {
+			t.Errorf("parseLeaseMember(%q) ok, want refused", bad)
+		}
+	}
+}
+
+func TestCursor_T56(t *testing.T) {
+	s, err := NewRedis(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}), Config{CursorKey: []byte("0123456789abcdef")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.rdb.Close()
+	id := "0123456789abcdef0123456789abcdef"
+	c := s.sealCursor("alice", 1700000000123, id)
+	if score, gotID, ok := s.openCursor("alice", c); !ok || score != 1700000000123 || gotID != id {
+		t.Fatalf("openCursor(sealCursor) = %d %q %v", score, gotID, ok)
+	}
+	if _, _, ok := s.openCursor("bob", c); ok {
+		t.Errorf("cursor accepted for another owner")
+	}
+	raw, _ := base64.RawURLEncoding.DecodeString(c)
+	for i := range raw {
+		b := append([]byte(nil), raw...)
+		b[i] ^= 0x40
+		if _, _, ok := s.openCursor("alice", base64.RawURLEncoding.EncodeToString(b)); ok {
+			t.Errorf("cursor with byte %d flipped accepted", i)
+		}
+	}
+	other, err := NewRedis(s.rdb, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := other.openCursor("alice", c); ok {
+		t.Errorf("cursor accepted by a store with a random key")
+	}
+	if _, err := NewRedis(s.rdb, Config{CursorKey: []byte("short")}); err == nil {
+		t.Errorf("NewRedis accepted a 5-byte CursorKey")
+	}
+	for _, p := range []string{"a{b", "a}b", "a b", "a/b"} {
+		if _, err := NewRedis(s.rdb, Config{Prefix: p}); err == nil {
+			t.Errorf("NewRedis accepted prefix %q", p)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { s.openCursor("alice", c) }); n > 12 {
+		t.Errorf("openCursor allocs = %v, want <= 12", n)
+	}
+}
+
+func TestOpen(t *testing.T) {
+	tests := []struct {
+		url     string
+		want    string // client type
+		addrs   []string
+		db      int
+		user    string
+		pass    string
+		master  string
+		wantErr bool
+	}{
+		{url: "redis://localhost:6390/2", want: "*redis.Client", addrs: []string{"localhost:6390"}, db: 2},
+		{url: "rediss://u:p%40ss@h:1?read_timeout=2s", want: "*redis.Client", addrs: []string{"h:1"}, user: "u", pass: "p@ss"},
+		{url: "redis+cluster://:pw@h1:7000,h2:7001,h3:7002", want: "*redis.ClusterClient", addrs: []string{"h1:7000", "h2:7001", "h3:7002"}, pass: "pw"},
+		{url: "redis+sentinel://:pw@s1:26379,s2:26379/mymaster/3?sentinel_password=sp", want: "failover", addrs: []string{"s1:26379", "s2:26379"}, db: 3, pass: "pw", master: "mymaster"},
+		{url: "redis+sentinel://s1:26379", wantErr: true},
+		{url: "http://x", wantErr: true},
+		{url: "localhost:6379", wantErr: true},
+		{url: "redis://h:1?bogus=1", wantErr: true},
+	}
+	for _, tt := range tests {
+		c, err := Open(tt.url)
+		if tt.wantErr {
+			if err == nil {
+				c.Close()
+				t.Errorf("Open(%q) = nil error, want error", tt.url)
+			} else if strings.Contains(err.Error(), "pw") {
+				t.Errorf("Open(%q) error leaks the password: %v", tt.url, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("Open(%q) = %v", tt.url, err)
+			continue
+		}
+		switch c := c.(type) {
+		case *redis.ClusterClient:
+			o := c.Options()
+			if tt.want != "*redis.ClusterClient" || strings.Join(o.Addrs, ",") != strings.Join(tt.addrs, ",") || o.Password != tt.pass ||
+				!o.ContextTimeoutEnabled || o.ReadTimeout != DefaultReadTimeout || o.DialTimeout != DefaultDialTimeout {
+				t.Errorf("Open(%q) = cluster %+v", tt.url, o)
+			}
+		case *redis.Client:
+			o := c.Options()
+			if !o.ContextTimeoutEnabled || o.DialTimeout != DefaultDialTimeout || o.WriteTimeout != DefaultWriteTimeout {
+				t.Errorf("Open(%q): timeouts/ContextTimeoutEnabled not set: %+v", tt.url, o)
+			}
+			if tt.want == "*redis.Client" && (o.Addr != tt.addrs[0] || o.DB != tt.db || o.Username != tt.user || o.Password != tt.pass) {
+				t.Errorf("Open(%q) = addr %s db %d user %q pass %q", tt.url, o.Addr, o.DB, o.Username, o.Password)
+			}
+			if tt.url == "rediss://u:p%40ss@h:1?read_timeout=2s" && (o.ReadTimeout != 2*time.Second || o.TLSConfig == nil) {
+				t.Errorf("Open(%q): read timeout %v, TLS %v", tt.url, o.ReadTimeout, o.TLSConfig != nil)
+			}
+		default:
+			t.Errorf("Open(%q) = %T", tt.url, c)
+		}
+		c.Close()
+	}
+	// The sentinel rewrite, checked on the parsed FailoverOptions.
+	u, err := multiHostURL("redis", ":pw@s1:26379,s2:26379/mymaster/3?sentinel_password=sp&pool_size=5", sentinelRewrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := redis.ParseFailoverURL(u)
+	if err != nil {
+		t.Fatalf("ParseFailoverURL(%q) = %v", u, err)
+	}
+	if o.MasterName != "mymaster" || strings.Join(o.SentinelAddrs, ",") != "s1:26379,s2:26379" || o.DB != 3 ||
+		o.Password != "pw" || o.SentinelPassword != "sp" || o.PoolSize != 5 {
+		t.Errorf("sentinel URL %q parsed to %+v", u, o)
+	}
+}
+
+func TestEmbeddedExpiresInRealTime(t *testing.T) {
+	s, closer, err := NewEmbedded(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closer()
+	ctx := context.Background()
+	if err := s.SetSessionVersion(ctx, "x", "v", 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	// The key itself (not just the store's clock check) must go.
+	waitFor(t, 5*time.Second, func() bool {
+		n, err := s.rdb.Exists(ctx, s.k.session("x")).Result()
+		return err == nil && n == 0
+	})
+	closer()
+	closer() // idempotent
+	if err := s.Ping(ctx); err == nil {
+		t.Errorf("Ping after close = nil, want error")
+	}
+}

@@ -1,0 +1,211 @@
+package taskstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// errClosed is returned by Watch after Close.
+var errClosed = errors.New("taskstore: store closed")
+
+// unsubscribeTimeout bounds the UNSUBSCRIBE sent by a Watch's stop func,
+// which has no context of its own.
+const unsubscribeTimeout = 5 * time.Second
+
+// Watch implements Store. Every script that changes a task publishes to
+// the task's channel (P:{owner}:ev:<id>); Watch subscribes to it through
+// the store's one shared *redis.PubSub and fans messages out locally.
+//
+// Contract: Watch returns only once Redis has confirmed the subscription,
+// so a caller that calls Watch first and then re-reads the task (the store
+// is the source of truth) cannot miss a change. Signals are coalesced
+// (the channel has a buffer of one and sends never block) and may be
+// spurious; after a pub/sub reconnect (go-redis resubscribes on its own)
+// every watcher is signalled, since changes may have been published while
+// the connection was down. The channel is never closed; Close signals it
+// one last time. stop is idempotent and must be called.
+//
+// The task need not exist: watching an unknown id costs a subscription
+// and is harmless. ctx bounds only the subscription; when it ends first,
+// Watch fails with ErrUnavailable.
+func (s *Redis) Watch(ctx context.Context, owner, id string) (<-chan struct{}, func(), error) {
+	if !validOwner(owner) || !validID(id) {
+		return nil, nil, ErrNotFound
+	}
+	ch := make(chan struct{}, 1)
+	ready, stop, err := s.hub.add(ctx, s.k.events(owner, id), ch)
+	if err != nil {
+		return nil, nil, fmt.Errorf("taskstore: watch %s: %w", id, err)
+	}
+	select {
+	case <-ready:
+		return ch, stop, nil
+	case <-ctx.Done():
+		stop()
+		return nil, nil, fmt.Errorf("taskstore: watch %s: %w: %w", id, ErrUnavailable, context.Cause(ctx))
+	}
+}
+
+// hub is a Redis value's pub/sub fan-out: one *redis.PubSub, created on
+// first use, channels subscribed and unsubscribed as watchers come and go.
+type hub struct {
+	rdb redis.UniversalClient
+
+	mu      sync.Mutex
+	ps      *redis.PubSub
+	done    chan struct{} // closed when the fan-out goroutine returned
+	closed  bool
+	subs    map[string]*topic
+	pending map[string]int // SUBSCRIBE commands sent but not yet confirmed
+}
+
+// topic is one subscribed channel and its local watchers.
+type topic struct {
+	watchers map[chan struct{}]struct{}
+	ready    chan struct{} // closed once Redis confirmed the subscription
+	isReady  bool
+}
+
+// add registers ch for channel name, subscribing when it is the first
+// watcher. ready is closed once the subscription is confirmed.
+func (h *hub) add(ctx context.Context, name string, ch chan struct{}) (ready <-chan struct{}, stop func(), err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, nil, errClosed
+	}
+	if h.ps == nil {
+		h.start()
+	}
+	t := h.subs[name]
+	if t == nil {
+		t = &topic{watchers: map[chan struct{}]struct{}{}, ready: make(chan struct{})}
+		h.subs[name] = t
+		h.pending[name]++
+		// Sent under h.mu so SUBSCRIBE/UNSUBSCRIBE of one channel reach
+		// Redis in the order of our bookkeeping. On a write error go-redis
+		// keeps the channel and subscribes it again when it reconnects;
+		// the confirmation then makes t ready (or ctx ends first).
+		_ = h.ps.Subscribe(ctx, name)
+	}
+	t.watchers[ch] = struct{}{}
+	var once sync.Once
+	return t.ready, func() { once.Do(func() { h.remove(name, ch) }) }, nil
+}
+
+func (h *hub) remove(name string, ch chan struct{}) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	t := h.subs[name]
+	if t == nil {
+		return
+	}
+	delete(t.watchers, ch)
+	if len(t.watchers) > 0 {
+		return
+	}
+	delete(h.subs, name)
+	if h.closed {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), unsubscribeTimeout)
+	defer cancel()
+	// go-redis forgets the channel before writing, so a failed write is
+	// healed by the next reconnect (which does not resubscribe it).
+	_ = h.ps.Unsubscribe(ctx, name)
+}
+
+// start creates the PubSub and the fan-out goroutine; h.mu is held. The
+// goroutine ends when Close closes the PubSub (go-redis then closes the
+// message channel).
+func (h *hub) start() {
+	h.ps = h.rdb.Subscribe(context.Background())
+	h.subs = map[string]*topic{}
+	h.pending = map[string]int{}
+	h.done = make(chan struct{})
+	msgs := h.ps.ChannelWithSubscriptions(redis.WithChannelSize(256))
+	go func() {
+		defer close(h.done)
+		for m := range msgs {
+			switch m := m.(type) {
+			case *redis.Message:
+				h.signal(m.Channel)
+			case *redis.Subscription:
+				if m.Kind == "subscribe" {
+					h.confirmed(m.Channel)
+				}
+			}
+		}
+	}()
+}
+
+func (h *hub) signal(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t := h.subs[name]; t != nil {
+		t.notify()
+	}
+}
+
+// confirmed handles a subscribe confirmation: the reply to our SUBSCRIBE
+// (the topic becomes ready) or go-redis's resubscription after a reconnect
+// (the topic was ready: wake its watchers, events may have been lost).
+// pending keeps a late confirmation of an earlier, already unsubscribed
+// incarnation of the channel from making a new topic ready too early.
+func (h *hub) confirmed(name string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if n := h.pending[name]; n > 1 {
+		h.pending[name] = n - 1
+		return
+	}
+	delete(h.pending, name)
+	t := h.subs[name]
+	if t == nil {
+		return
+	}
+	if !t.isReady {
+		t.isReady = true
+		close(t.ready)
+		return
+	}
+	t.notify()
+}
+
+func (t *topic) notify() {
+	for ch := range t.watchers {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// close stops the fan-out and signals all watchers once.
+func (h *hub) close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	ps, done := h.ps, h.done
+	for _, t := range h.subs {
+		t.notify()
+	}
+	h.mu.Unlock()
+	if ps == nil {
+		return nil
+	}
+	err := ps.Close()
+	<-done
+	if err != nil {
+		return fmt.Errorf("taskstore: close pubsub: %w", err)
+	}
+	return nil
+}
