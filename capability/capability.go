@@ -1,0 +1,329 @@
+package capability
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// ProtocolVersion is the protocol revision whose tasks surface taskgate serves.
+const ProtocolVersion = "2025-11-25"
+
+// ErrMalformed reports a message that cannot be rewritten safely: not a JSON
+// object, invalid JSON, a duplicate key in an object the rewrite inspects, or
+// a member of the wrong type (such as a non-object "result"). Callers forward
+// the original bytes unchanged.
+var ErrMalformed = errors.New("capability: malformed message")
+
+// tasksCaps and tasksCapsNoList are the server "tasks" capability taskgate
+// declares (T-02); "list" only when requestors can be identified (T-76).
+const (
+	tasksCaps       = `{"list":{},"cancel":{},"requests":{"tools":{"call":{}}}}`
+	tasksCapsNoList = `{"cancel":{},"requests":{"tools":{"call":{}}}}`
+)
+
+// InitOptions control RewriteInitialize. The zero value injects tasks
+// without tasks.list and never bridges versions.
+type InitOptions struct {
+	// List adds tasks.list (only when requestors can be identified, T-76).
+	List bool
+	// Bridge: the client asked for ProtocolVersion and bridging is enabled; if the
+	// upstream negotiated an older version, answer ProtocolVersion instead.
+	Bridge bool
+}
+
+// InitInfo reports what RewriteInitialize saw and did.
+type InitInfo struct {
+	UpstreamHasTasks bool   // upstream result already declares capabilities.tasks: output == input
+	UpstreamVersion  string // protocolVersion as the upstream sent it ("" if absent)
+	Injected         bool   // tasks capability was added
+	Bridged          bool   // protocolVersion was rewritten to ProtocolVersion
+}
+
+// RewriteInitialize rewrites one JSON-RPC response message (the whole object
+// {"jsonrpc":"2.0","id":..,"result":{...}}) that carries an InitializeResult.
+//
+// If result.capabilities.tasks exists (with any value) the message is
+// returned unchanged (P-01). Otherwise, if result.protocolVersion is
+// ProtocolVersion, the tasks capability is added at the end of
+// result.capabilities, which is created when absent or null. If the upstream
+// version is an older YYYY-MM-DD version and opt.Bridge is set, the version
+// is also replaced by ProtocolVersion. Any other version leaves the message
+// unchanged: tasks only exist at ProtocolVersion (Q-12).
+//
+// Error responses (any "error" member, even null) and messages without
+// "result" are returned unchanged with a nil error. Input that is not a valid JSON object, has a duplicate key in
+// the message, result or capabilities object, or whose result, capabilities
+// or protocolVersion has the wrong type yields an error wrapping
+// ErrMalformed. When nothing changes or on error the returned slice is msg
+// itself; otherwise it is a new buffer and msg is not modified.
+func RewriteInitialize(msg []byte, opt InitOptions) ([]byte, InitInfo, error) {
+	var info InitInfo
+	res, ok, err := result(msg)
+	if err != nil || !ok {
+		return msg, info, err
+	}
+	var rbuf, cbuf [16]member // most objects fit: no allocation
+	ms, _, err := scanObject(msg, res, rbuf[:0], "result")
+	if err != nil {
+		return msg, info, err
+	}
+	pv, hasPV := find(ms, "protocolVersion")
+	if hasPV {
+		if pv.kind != '"' {
+			return msg, info, fmt.Errorf("capability: result.protocolVersion is not a string: %w", ErrMalformed)
+		}
+		v, err := unquote(msg[pv.vs:pv.ve])
+		if err != nil {
+			return msg, info, fmt.Errorf("capability: result.protocolVersion: %w", ErrMalformed)
+		}
+		info.UpstreamVersion = version(v)
+	}
+	caps, hasCaps := find(ms, "capabilities")
+	var cms []member
+	if hasCaps {
+		switch caps.kind {
+		case '{':
+			if cms, _, err = scanObject(msg, caps.vs, cbuf[:0], "result.capabilities"); err != nil {
+				return msg, info, err
+			}
+			if _, ok := find(cms, "tasks"); ok {
+				info.UpstreamHasTasks = true
+				return msg, info, nil
+			}
+		case 'n':
+			// null: treated as absent and replaced below.
+		default:
+			return msg, info, fmt.Errorf("capability: result.capabilities is not an object: %w", ErrMalformed)
+		}
+	}
+
+	edits := make([]edit, 0, 2)
+	switch {
+	case info.UpstreamVersion == ProtocolVersion:
+	case opt.Bridge && isVersion(info.UpstreamVersion) && info.UpstreamVersion < ProtocolVersion:
+		edits = append(edits, edit{start: pv.vs, end: pv.ve, val: `"` + ProtocolVersion + `"`})
+		info.Bridged = true
+	default:
+		return msg, info, nil
+	}
+
+	tasks := tasksCapsNoList
+	if opt.List {
+		tasks = tasksCaps
+	}
+	switch {
+	case hasCaps && caps.kind == '{':
+		pos, comma := insertAt(cms, caps.vs)
+		pre := `"tasks":`
+		if comma {
+			pre = `,"tasks":`
+		}
+		edits = append(edits, edit{start: pos, end: pos, pre: pre, val: tasks})
+	case hasCaps: // null
+		edits = append(edits, edit{start: caps.vs, end: caps.ve, pre: `{"tasks":`, val: tasks, post: `}`})
+	default:
+		pos, comma := insertAt(ms, res)
+		pre := `"capabilities":{"tasks":`
+		if comma {
+			pre = `,"capabilities":{"tasks":`
+		}
+		edits = append(edits, edit{start: pos, end: pos, pre: pre, val: tasks, post: `}`})
+	}
+	info.Injected = true
+	return splice(msg, edits), info, nil
+}
+
+// RewriteToolsList rewrites one JSON-RPC response message carrying a
+// ListToolsResult: each tool's execution.taskSupport is set to support(tool.name).
+//
+// support must be non-nil; it is called once per tool with the unescaped
+// name, and its result is written as a JSON string (callers return
+// "forbidden", "optional" or "required"). An existing taskSupport is
+// overwritten; "execution" is created when absent or null, and its other
+// members are kept. A tool whose "name" is absent or not a string is left
+// unchanged. Everything else, including nextCursor and _meta, is kept byte
+// for byte.
+//
+// Error responses (any "error" member), messages without "result" and
+// results without "tools"
+// are returned unchanged with a nil error. Input that is not a valid JSON
+// object, has a duplicate key in the message, the result, a tool or its
+// execution object, or has a non-object result, a non-array tools, a
+// non-object tool or a non-object, non-null execution yields an error
+// wrapping ErrMalformed. When nothing changes or on error the returned slice
+// is msg itself; otherwise it is a new buffer and msg is not modified.
+func RewriteToolsList(msg []byte, support func(name string) string) ([]byte, error) {
+	res, ok, err := result(msg)
+	if err != nil || !ok {
+		return msg, err
+	}
+	var rbuf [16]member
+	ms, _, err := scanObject(msg, res, rbuf[:0], "result")
+	if err != nil {
+		return msg, err
+	}
+	tools, ok := find(ms, "tools")
+	if !ok {
+		return msg, nil
+	}
+	if tools.kind != '[' {
+		return msg, fmt.Errorf("capability: result.tools is not an array: %w", ErrMalformed)
+	}
+
+	var (
+		edits = make([]edit, 0, 64)
+		tms   = make([]member, 0, 16)
+		tr    = toolRewriter{msg: msg, support: support}
+	)
+	i := skipSpace(msg, tools.vs+1)
+	if msg[i] == ']' {
+		return msg, nil
+	}
+	for {
+		if msg[i] != '{' {
+			return msg, fmt.Errorf("capability: result.tools element is not an object: %w", ErrMalformed)
+		}
+		var end int
+		if tms, end, err = scanObject(msg, i, tms, "tool"); err != nil {
+			return msg, err
+		}
+		e, ok, err := tr.edit(i, tms)
+		if err != nil {
+			return msg, err
+		}
+		if ok {
+			edits = append(edits, e)
+		}
+		i = skipSpace(msg, end)
+		if msg[i] == ']' {
+			break
+		}
+		i = skipSpace(msg, i+1) // ','
+	}
+	if len(edits) == 0 {
+		return msg, nil
+	}
+	return splice(msg, edits), nil
+}
+
+// toolRewriter computes the taskSupport edit of each tool of one message.
+type toolRewriter struct {
+	msg     []byte
+	support func(string) string
+	ems     []member // scratch for execution objects
+	lastS   string   // most recent support value
+	lastVal string   // lastS as a JSON string, "" before the first tool
+}
+
+// edit returns the edit that sets taskSupport on the tool object at
+// tr.msg[open], scanned as tms; ok is false when the tool stays unchanged.
+func (tr *toolRewriter) edit(open int, tms []member) (e edit, ok bool, err error) {
+	msg := tr.msg
+	nm, ok := find(tms, "name")
+	if !ok || nm.kind != '"' {
+		return edit{}, false, nil
+	}
+	name, err := unquote(msg[nm.vs:nm.ve])
+	if err != nil {
+		return edit{}, false, fmt.Errorf("capability: tool name: %w", ErrMalformed)
+	}
+	if s := tr.support(string(name)); s != tr.lastS || tr.lastVal == "" {
+		b, _ := json.Marshal(s) // a string always marshals
+		tr.lastS, tr.lastVal = s, string(b)
+	}
+	val := tr.lastVal
+
+	ex, ok := find(tms, "execution")
+	switch {
+	case !ok:
+		pos, comma := insertAt(tms, open)
+		pre := `"execution":{"taskSupport":`
+		if comma {
+			pre = `,"execution":{"taskSupport":`
+		}
+		return edit{start: pos, end: pos, pre: pre, val: val, post: `}`}, true, nil
+	case ex.kind == 'n':
+		return edit{start: ex.vs, end: ex.ve, pre: `{"taskSupport":`, val: val, post: `}`}, true, nil
+	case ex.kind != '{':
+		return edit{}, false, fmt.Errorf("capability: tool execution is not an object: %w", ErrMalformed)
+	}
+	if tr.ems, _, err = scanObject(msg, ex.vs, tr.ems, "tool execution"); err != nil {
+		return edit{}, false, err
+	}
+	if ts, ok := find(tr.ems, "taskSupport"); ok {
+		if string(msg[ts.vs:ts.ve]) == val {
+			return edit{}, false, nil
+		}
+		return edit{start: ts.vs, end: ts.ve, val: val}, true, nil
+	}
+	pos, comma := insertAt(tr.ems, ex.vs)
+	pre := `"taskSupport":`
+	if comma {
+		pre = `,"taskSupport":`
+	}
+	return edit{start: pos, end: pos, pre: pre, val: val}, true, nil
+}
+
+// result validates msg and returns the index of the '{' of its "result"
+// member. ok is false for error responses and messages without "result".
+func result(msg []byte) (open int, ok bool, err error) {
+	if !json.Valid(msg) {
+		return 0, false, fmt.Errorf("capability: invalid JSON: %w", ErrMalformed)
+	}
+	i := skipSpace(msg, 0)
+	if msg[i] != '{' {
+		return 0, false, fmt.Errorf("capability: message is not an object: %w", ErrMalformed)
+	}
+	var buf [8]member
+	ms, _, err := scanObject(msg, i, buf[:0], "message")
+	if err != nil {
+		return 0, false, err
+	}
+	if _, ok := find(ms, "error"); ok {
+		return 0, false, nil
+	}
+	r, ok := find(ms, "result")
+	if !ok {
+		return 0, false, nil
+	}
+	if r.kind != '{' {
+		return 0, false, fmt.Errorf("capability: result is not an object: %w", ErrMalformed)
+	}
+	return r.vs, true, nil
+}
+
+// isVersion reports whether v has the YYYY-MM-DD shape of MCP protocol
+// versions, which then order lexicographically.
+func isVersion(v string) bool {
+	if len(v) != len(ProtocolVersion) {
+		return false
+	}
+	for i := range len(v) {
+		switch i {
+		case 4, 7:
+			if v[i] != '-' {
+				return false
+			}
+		default:
+			if v[i] < '0' || v[i] > '9' {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// knownVersions are the published MCP protocol versions; version returns
+// these without allocating.
+var knownVersions = [...]string{"2024-11-05", "2025-03-26", "2025-06-18", ProtocolVersion, "2026-07-28"}
+
+// version returns v as a string.
+func version(v []byte) string {
+	for _, k := range knownVersions {
+		if string(v) == k {
+			return k
+		}
+	}
+	return string(v)
+}
