@@ -51,7 +51,7 @@ type options struct {
 	ownerKey, allowedOrigins                            string
 	rewriteHost                                         bool
 	maxBodySize, maxResultSize                          int
-	maxTasksPerOwner, listPageSize                      int
+	maxTasksPerOwner, listPageSize, queueMax            int
 	streamIdle, streamLifetime, upstreamIdleConn        time.Duration
 	keepAlive, lease, shutdownGrace, storeTimeout       time.Duration
 }
@@ -85,6 +85,7 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.maxResultSize, "max-result-size", 32<<20, "maximum upstream result of a task in bytes (the task fails above)")
 	fs.IntVar(&o.maxTasksPerOwner, "max-tasks-per-owner", 100, "maximum unfinished tasks per owner; -1 = unlimited")
 	fs.IntVar(&o.listPageSize, "list-page-size", 50, "tasks/list page size")
+	fs.IntVar(&o.queueMax, "queue-max", 256, "undelivered messages kept per task (progress/log dropped oldest-first above; requests never)")
 	fs.DurationVar(&o.streamIdle, "stream-idle-timeout", 10*time.Minute, "cut an upstream answer that sends nothing for this long")
 	fs.DurationVar(&o.streamLifetime, "stream-max-lifetime", time.Hour, "maximum lifetime of one proxied SSE stream")
 	fs.DurationVar(&o.upstreamIdleConn, "upstream-idle-conn", 3*time.Second, "close idle upstream keep-alive connections after this (keep below the upstream's idle limit)")
@@ -152,6 +153,8 @@ func (o *options) validate() error {
 		return errors.New("--max-body-size: must be positive")
 	case o.maxResultSize <= 0:
 		return errors.New("--max-result-size: must be positive")
+	case o.queueMax <= 0:
+		return errors.New("--queue-max: must be positive")
 	case o.listPageSize <= 0 || o.listPageSize > 1000:
 		return errors.New("--list-page-size: must be between 1 and 1000")
 	case o.maxTasksPerOwner == 0 || o.maxTasksPerOwner < -1:
@@ -229,6 +232,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		MaxTasksPerOwner:  o.maxTasksPerOwner,
 		AllowedOrigins:    splitList(o.allowedOrigins),
 		StoreTimeout:      o.storeTimeout,
+		QueueMax:          o.queueMax,
 	}, pol, store, log, proxy.NewMetrics(reg))
 	if err != nil {
 		fmt.Fprintf(stderr, "taskgate: %v\n", err)
