@@ -74,6 +74,14 @@ func parseEnvelope(b []byte) (envelope, error) {
 		err = errNotObject
 	}
 	if err != nil {
+		if !errors.Is(err, errSyntax) && !errors.Is(err, errTooDeep) {
+			// A refused message may stop reading early (a batch's bad
+			// element, a non-object value): syntax errors in the rest
+			// still win, so malformed JSON is always a parse error.
+			if verr := validJSON(b); verr != nil {
+				return envelope{}, verr
+			}
+		}
 		return envelope{}, err
 	}
 	s.ws()
@@ -81,6 +89,19 @@ func parseEnvelope(b []byte) (envelope, error) {
 		return envelope{}, errTrailing
 	}
 	return env, nil
+}
+
+// validJSON reports the syntax error of b as one JSON text, or nil.
+func validJSON(b []byte) error {
+	s := scanner{b: b}
+	if _, err := s.value(); err != nil {
+		return err
+	}
+	s.ws()
+	if s.i != len(b) {
+		return errTrailing
+	}
+	return nil
 }
 
 func parseBatch(s *scanner) (envelope, error) {
@@ -135,17 +156,17 @@ func parseMessage(s *scanner) (envelope, error) {
 	var seen [len(envelopeMembers)]bool
 	var semantic error // first non-syntax error; syntax errors win
 	err := s.object(func(key []byte, escaped bool, val []byte) error {
-		name, ok := unquote(key, escaped)
+		name, ok := unquoteBytes(key, escaped)
 		if !ok {
 			return errSyntax
 		}
 		idx := -1
 		for i, m := range envelopeMembers {
-			if name == m {
+			if string(name) == m {
 				idx = i
 				break
 			}
-			if semantic == nil && strings.EqualFold(name, m) {
+			if semantic == nil && foldsTo(name, m) {
 				semantic = errOddMember
 			}
 		}
@@ -178,7 +199,7 @@ func parseMessage(s *scanner) (envelope, error) {
 			}
 			ss := scanner{b: val}
 			content, esc, _ := ss.str()
-			m, ok := unquote(content, esc)
+			m, ok := unquoteBytes(content, esc)
 			if !ok {
 				return errSyntax
 			}
@@ -201,11 +222,16 @@ func parseMessage(s *scanner) (envelope, error) {
 	if !seen[0] {
 		return envelope{}, errBadVersion
 	}
+	if seen[2] && string(env.id) == "null" {
+		// A request's id is never null (L-09); null only answers a
+		// request whose id could not be read.
+		return envelope{}, errBadID
+	}
 	return env, nil
 }
 
 // validID accepts a string, an integer or null (null only appears in error
-// responses to unparseable requests).
+// responses to unparseable requests; parseMessage refuses it in requests).
 func validID(v []byte) bool {
 	switch {
 	case v[0] == '"', string(v) == "null":
@@ -216,10 +242,18 @@ func validID(v []byte) bool {
 	return false
 }
 
+// foldsTo reports whether name equals m under Unicode case folding (as
+// encoding/json struct decoding matches keys). A rune folding to an ASCII
+// letter takes at most 3 bytes (K, the Kelvin sign), so longer names are
+// skipped without converting them.
+func foldsTo(name []byte, m string) bool {
+	return len(name) <= 3*len(m) && strings.EqualFold(string(name), m)
+}
+
 // internMethod returns a constant for the methods the proxy routes on, so
-// that the common case allocates nothing beyond the unquote.
-func internMethod(m string) string {
-	switch m {
+// that the common case allocates nothing.
+func internMethod(m []byte) string {
+	switch string(m) {
 	case methodInitialize:
 		return methodInitialize
 	case methodToolsList:
@@ -234,8 +268,10 @@ func internMethod(m string) string {
 		return methodTasksList
 	case methodTasksCancel:
 		return methodTasksCancel
+	case methodPing:
+		return methodPing
 	}
-	return m
+	return string(m)
 }
 
 // members returns the raw values of the named members of a JSON object,
@@ -250,19 +286,19 @@ func members(obj []byte, names ...string) ([][]byte, error) {
 	out := make([][]byte, len(names))
 	var semantic error
 	err := s.object(func(key []byte, escaped bool, val []byte) error {
-		name, ok := unquote(key, escaped)
+		name, ok := unquoteBytes(key, escaped)
 		if !ok {
 			return errSyntax
 		}
 		for i, n := range names {
-			if name == n {
+			if string(name) == n {
 				if out[i] != nil && semantic == nil {
 					semantic = errDupMember
 				}
 				out[i] = val
 				return nil
 			}
-			if semantic == nil && strings.EqualFold(name, n) {
+			if semantic == nil && foldsTo(name, n) {
 				semantic = errOddMember
 			}
 		}
@@ -296,11 +332,11 @@ func editObject(obj []byte, key string, val []byte, del bool) ([]byte, error) {
 	out = append(out, '{')
 	replaced := false
 	err := s.object(func(k []byte, escaped bool, v []byte) error {
-		name, ok := unquote(k, escaped)
+		name, ok := unquoteBytes(k, escaped)
 		if !ok {
 			return errSyntax
 		}
-		if name == key {
+		if string(name) == key {
 			if del || replaced {
 				return nil
 			}

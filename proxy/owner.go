@@ -50,7 +50,8 @@ func (h *Handler) hashShort(v []byte) string {
 // session's version comes from memory, so plain pass-through of other
 // sessions never touches the store.
 func (h *Handler) bridgeRequest(rc *fasthttp.RequestCtx, hdr *fasthttp.RequestHeader) {
-	if !h.pol.BridgeProtocolVersion {
+	if !h.pol.BridgeProtocolVersion || h.native.Load() {
+		// An upstream with tasks of its own is never bridged (P-01).
 		return
 	}
 	if string(hdr.Peek(headerProtocolVersion)) != capability.ProtocolVersion {

@@ -45,6 +45,9 @@ func (h *Handler) prepareUpstream(rc *fasthttp.RequestCtx, req *fasthttp.Request
 	stripHopByHop(&req.Header)
 	req.Header.ResetConnectionClose()
 	if h.cfg.RewriteHost {
+		// Request.Write takes the host from the parsed URI once it has
+		// been parsed (rc.Path does): set both.
+		req.URI().SetHost(h.upHost)
 		req.Header.SetHost(h.upHost)
 	}
 	if h.upTLS {

@@ -249,15 +249,34 @@ func (s *scanner) array() error {
 	}
 }
 
-// unquote decodes the content of a JSON string (as returned by str). It
-// allocates only when the string has escapes.
+// unquote decodes the content of a JSON string (as returned by str) the way
+// encoding/json does: invalid UTF-8 bytes and lone surrogates become U+FFFD,
+// so a decoded name is what a Go upstream sees. It allocates only the
+// result string.
 func unquote(content []byte, escaped bool) (string, bool) {
-	if !escaped {
-		return string(content), true
+	b, ok := unquoteBytes(content, escaped)
+	return string(b), ok
+}
+
+// unquoteBytes is unquote without the string: it returns content itself
+// when there is nothing to decode, so comparing names allocates nothing.
+func unquoteBytes(content []byte, escaped bool) ([]byte, bool) {
+	if !escaped && utf8.Valid(content) {
+		return content, true
 	}
 	out := make([]byte, 0, len(content))
 	for i := 0; i < len(content); {
 		c := content[i]
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRune(content[i:])
+			if r == utf8.RuneError && size == 1 {
+				out = utf8.AppendRune(out, utf8.RuneError)
+			} else {
+				out = append(out, content[i:i+size]...)
+			}
+			i += size
+			continue
+		}
 		if c != '\\' {
 			out = append(out, c)
 			i++
@@ -293,11 +312,11 @@ func unquote(content []byte, escaped bool) (string, bool) {
 			}
 			out = utf8.AppendRune(out, r)
 		default:
-			return "", false
+			return nil, false
 		}
 		i++
 	}
-	return string(out), true
+	return out, true
 }
 
 func hex4(b []byte) rune {

@@ -23,15 +23,60 @@ type sseEvent struct {
 }
 
 // sseReader splits a text/event-stream into events (WHATWG HTML §9.2.6).
-// It is not safe for concurrent use.
+// Lines end with CRLF, LF or a lone CR. It is not safe for concurrent use.
 type sseReader struct {
 	br  *bufio.Reader
 	max int // max bytes per event; 0 = unlimited
 	ev  sseEvent
+
+	// pending is the unread rest of the last ReadSlice (it may hold more
+	// CR-terminated lines) and pendErr the error that came with it.
+	pending []byte
+	pendErr error
 }
 
 func newSSEReader(r io.Reader, max int) *sseReader {
 	return &sseReader{br: bufio.NewReaderSize(r, 16<<10), max: max}
+}
+
+// readLine returns the next line with its line end. At the end of the
+// stream it returns what is left (an unterminated line) with the error; a
+// nil error means the line is complete. The line is valid until the next
+// call.
+func (r *sseReader) readLine() ([]byte, error) {
+	if len(r.pending) == 0 {
+		if r.pendErr != nil {
+			return nil, r.pendErr
+		}
+		line, err := r.br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// A long line: gather it whole.
+			buf := append([]byte(nil), line...)
+			for errors.Is(err, bufio.ErrBufferFull) {
+				if r.max > 0 && len(buf)+len(r.ev.raw) > r.max {
+					return nil, errEventTooLarge
+				}
+				line, err = r.br.ReadSlice('\n')
+				buf = append(buf, line...)
+			}
+			line = buf
+		}
+		r.pending, r.pendErr = line, err
+		if len(line) == 0 {
+			return nil, err
+		}
+	}
+	p := r.pending
+	if i := bytes.IndexByte(p, '\r'); i >= 0 && (i+1 == len(p) || p[i+1] != '\n') {
+		// A lone CR ends the line (also at the end of the stream).
+		r.pending = p[i+1:]
+		return p[:i+1], nil
+	}
+	r.pending = nil
+	if p[len(p)-1] == '\n' {
+		return p, nil
+	}
+	return p, r.pendErr
 }
 
 // next returns the next event. The returned event and its slices are valid
@@ -43,19 +88,7 @@ func (r *sseReader) next() (*sseEvent, error) {
 	ev.hasID, ev.retry = false, -1
 	dataLines := 0
 	for {
-		line, err := r.br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			// A long line: gather it whole.
-			buf := append([]byte(nil), line...)
-			for errors.Is(err, bufio.ErrBufferFull) {
-				if r.max > 0 && len(buf)+len(ev.raw) > r.max {
-					return nil, errEventTooLarge
-				}
-				line, err = r.br.ReadSlice('\n')
-				buf = append(buf, line...)
-			}
-			line = buf
-		}
+		line, err := r.readLine()
 		if len(line) > 0 {
 			ev.raw = append(ev.raw, line...)
 			if r.max > 0 && len(ev.raw) > r.max {
@@ -71,7 +104,8 @@ func (r *sseReader) next() (*sseEvent, error) {
 			}
 			return nil, err
 		}
-		content := bytes.TrimRight(line, "\r\n")
+		content := bytes.TrimSuffix(line, []byte("\n"))
+		content = bytes.TrimSuffix(content, []byte("\r"))
 		if len(content) == 0 {
 			if len(ev.raw) == len(line) {
 				// Stray blank line before any field: keep reading.
@@ -105,15 +139,30 @@ func (r *sseReader) next() (*sseEvent, error) {
 		case "event":
 			ev.name = append(ev.name[:0], value...)
 		case "retry":
-			if n, err := strconv.Atoi(string(value)); err == nil && n >= 0 {
+			if n, ok := atoiDigits(value); ok {
 				ev.retry = n
 			}
 		}
 	}
 }
 
+// atoiDigits parses a retry value: ASCII digits only (WHATWG), no sign.
+func atoiDigits(b []byte) (int, bool) {
+	if len(b) == 0 {
+		return 0, false
+	}
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.Atoi(string(b))
+	return n, err == nil
+}
+
 // appendSSE appends one event with an optional id and the given data
-// (split into data lines at newlines).
+// (split into data lines at line ends: CRLF, LF or CR, as a reader splits
+// them; in JSON these are only whitespace).
 func appendSSE(dst []byte, id string, data []byte) []byte {
 	if id != "" {
 		dst = append(dst, "id: "...)
@@ -121,14 +170,17 @@ func appendSSE(dst []byte, id string, data []byte) []byte {
 		dst = append(dst, '\n')
 	}
 	for {
-		i := bytes.IndexByte(data, '\n')
+		i := bytes.IndexAny(data, "\r\n")
 		dst = append(dst, "data: "...)
 		if i < 0 {
-			dst = append(dst, bytes.TrimSuffix(data, []byte("\r"))...)
+			dst = append(dst, data...)
 			break
 		}
-		dst = append(dst, bytes.TrimSuffix(data[:i], []byte("\r"))...)
+		dst = append(dst, data[:i]...)
 		dst = append(dst, '\n')
+		if data[i] == '\r' && i+1 < len(data) && data[i+1] == '\n' {
+			i++
+		}
 		data = data[i+1:]
 	}
 	return append(dst, '\n', '\n')

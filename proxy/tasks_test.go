@@ -263,8 +263,8 @@ func TestCreateTaskResultWhileUpstreamBusy(t *testing.T) {
 	if err := json.Unmarshal([]byte(call.body), &sent); err != nil {
 		t.Fatal(err)
 	}
-	if sent.ID != "taskgate-"+task.TaskID {
-		t.Errorf("upstream request id = %q, want taskgate-<taskId>", sent.ID)
+	if !strings.HasPrefix(sent.ID, upstreamIDPrefix) || strings.Contains(sent.ID, task.TaskID) || len(sent.ID) != len(upstreamIDPrefix)+32 {
+		t.Errorf("upstream request id = %q, want taskgate- and 128 random bits unrelated to the task id (E-45)", sent.ID)
 	}
 	if _, ok := sent.Params["task"]; ok {
 		t.Errorf("upstream got params.task: %s", call.body)
@@ -493,7 +493,7 @@ func TestCancel(t *testing.T) {
 	}
 	pollUntil(t, 5*time.Second, func() bool {
 		_, cancelled, aborted := e.up.snapshot()
-		return len(cancelled) == 1 && cancelled[0] == `"taskgate-`+task.TaskID+`"` && aborted == 1
+		return len(cancelled) == 1 && cancelled[0] == e.up.callID("block") && aborted == 1
 	}, "notifications/cancelled for the upstream request and the aborted upstream stream")
 	e.up.releaseAll()
 	if got, _ := e.get(alice, task.TaskID); got.Status != "cancelled" {
@@ -538,7 +538,7 @@ defaults:
 	}
 	pollUntil(t, 5*time.Second, func() bool {
 		_, cancelled, _ := e.up.snapshot()
-		return len(cancelled) == 1 && cancelled[0] == `"taskgate-`+working.TaskID+`"`
+		return len(cancelled) == 1 && cancelled[0] == e.up.callID("block")
 	}, "the expired working task's upstream call to be cancelled")
 }
 
@@ -869,3 +869,23 @@ func TestResumeResultStream(t *testing.T) {
 	}
 }
 
+// E-45, P-07, T-61: taskgate's upstream id prefix is reserved: client
+// requests using it are refused, and notifications/cancelled aimed at it
+// never reach the upstream.
+func TestReservedUpstreamIDs(t *testing.T) {
+	e := newTaskEnv(t, "", Config{})
+	task := e.createTask(alice, "block", `{}`, `{}`)
+	pollUntil(t, 5*time.Second, func() bool { return e.up.toolCalls() == 1 }, "the upstream call")
+	upID := e.up.callID("block")
+	r := e.send(alice, `{"jsonrpc":"2.0","id":`+upID+`,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`, "")
+	wantRPCError(t, r, codeInvalidRequest, "reserved")
+	r = e.send(alice, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`+upID+`}}`, "")
+	if r.httpStatus != fasthttp.StatusAccepted {
+		t.Errorf("notifications/cancelled for a taskgate id: HTTP %d, want 202", r.httpStatus)
+	}
+	if _, cancelled, _ := e.up.snapshot(); len(cancelled) != 0 {
+		t.Errorf("upstream received cancels %v, want none", cancelled)
+	}
+	e.up.releaseAll()
+	e.waitStatus(alice, task.TaskID, "completed")
+}

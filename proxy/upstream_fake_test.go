@@ -38,6 +38,7 @@ type fakeUpstream struct {
 	aborted   int           // block answers whose connection the proxy closed
 	release   chan struct{}
 	dropID    string
+	answers   chan string // results of client answers to the asker's elicitation
 }
 
 type fakeRequest struct {
@@ -53,7 +54,7 @@ func newFakeUpstream(t *testing.T) *fakeUpstream {
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &fakeUpstream{t: t, addr: ln.Addr().String(), release: make(chan struct{})}
+	u := &fakeUpstream{t: t, addr: ln.Addr().String(), release: make(chan struct{}), answers: make(chan string, 16)}
 	u.srv = &fasthttp.Server{Handler: u.serve, CloseOnShutdown: true}
 	go func() { _ = u.srv.Serve(ln) }()
 	t.Cleanup(func() {
@@ -116,6 +117,7 @@ func (u *fakeUpstream) serve(rc *fasthttp.RequestCtx) {
 	var msg struct {
 		ID     json.RawMessage `json:"id"`
 		Method string          `json:"method"`
+		Result json.RawMessage `json:"result"`
 		Params struct {
 			Name      string          `json:"name"`
 			RequestID json.RawMessage `json:"requestId"`
@@ -137,6 +139,11 @@ func (u *fakeUpstream) serve(rc *fasthttp.RequestCtx) {
 	}
 	u.mu.Unlock()
 	if msg.ID == nil {
+		rc.SetStatusCode(fasthttp.StatusAccepted)
+		return
+	}
+	if msg.Method == "" { // a client's answer to one of our requests
+		u.answers <- string(msg.Result)
 		rc.SetStatusCode(fasthttp.StatusAccepted)
 		return
 	}
@@ -177,6 +184,26 @@ func (u *fakeUpstream) serve(rc *fasthttp.RequestCtx) {
 			_ = w.Flush()
 			// returning ends the response without the result
 		})
+	case "asker":
+		// progress, an elicitation request, then (after the client's
+		// answer reached us) more progress and the result.
+		rc.Response.Header.SetContentType("text/event-stream")
+		answers, release := u.answers, u.release
+		rc.SetBodyStreamWriter(func(w *bufio.Writer) {
+			fmt.Fprint(w, "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"p-7\",\"progress\":1,\"total\":3,\"message\":\"step 1 of 3\"}}\n\n")
+			fmt.Fprint(w, "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"asking\"}}\n\n")
+			fmt.Fprint(w, "data: {\"jsonrpc\":\"2.0\",\"id\":\"srv-e1\",\"method\":\"elicitation/create\",\"params\":{\"message\":\"name?\",\"requestedSchema\":{\"type\":\"object\",\"properties\":{\"answer\":{\"type\":\"string\"}}}}}\n\n")
+			_ = w.Flush()
+			var answer string
+			select {
+			case answer = <-answers:
+			case <-release:
+				return
+			}
+			fmt.Fprint(w, "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\",\"params\":{\"progressToken\":\"p-7\",\"progress\":2,\"total\":3}}\n\n")
+			fmt.Fprint(w, "data: {\"jsonrpc\":\"2.0\",\"id\":"+id+",\"result\":{\"content\":[{\"type\":\"text\",\"text\":"+quote("you said "+answer)+"}]}}\n\n")
+			_ = w.Flush()
+		})
 	case "block":
 		rc.Response.Header.SetContentType("text/event-stream")
 		release := u.release
@@ -213,4 +240,22 @@ func (u *fakeUpstream) lastDropID() string {
 func quote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
+}
+
+// callID returns the raw JSON-RPC id of the (last) tools/call of tool.
+func (u *fakeUpstream) callID(tool string) string {
+	reqs, _, _ := u.snapshot()
+	id := ""
+	for _, r := range reqs {
+		var m struct {
+			ID     json.RawMessage `json:"id"`
+			Params struct {
+				Name string `json:"name"`
+			} `json:"params"`
+		}
+		if r.method == "tools/call" && json.Unmarshal([]byte(r.body), &m) == nil && m.Params.Name == tool {
+			id = string(m.ID)
+		}
+	}
+	return id
 }
