@@ -73,6 +73,10 @@ type Config struct {
 	// StoreTimeout bounds each task-store operation done for a request.
 	// Default 3s.
 	StoreTimeout time.Duration
+	// QueueMax bounds a task's queue of undelivered messages; over it the
+	// oldest progress, then log notifications are dropped, never requests.
+	// Default 256.
+	QueueMax int
 }
 
 func (c *Config) setDefaults() {
@@ -94,6 +98,9 @@ func (c *Config) setDefaults() {
 	def(&c.KeepAlive, 15*time.Second)
 	def(&c.Lease, 15*time.Second)
 	def(&c.StoreTimeout, 3*time.Second)
+	if c.QueueMax <= 0 {
+		c.QueueMax = 256
+	}
 	if c.ListPageSize <= 0 {
 		c.ListPageSize = 50
 	}
@@ -349,6 +356,11 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 				h.resumeResult(rc, &info, taskID, rpcID)
 				return
 			}
+			if h.tasksActive(&rc.Request.Header) && len(rc.Request.Header.Peek(headerSessionID)) > 0 {
+				info.method = "get_stream"
+				h.getStream(rc, &info)
+				return
+			}
 		}
 		h.pass(rc, &info, nil)
 		return
@@ -377,6 +389,13 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 		return
 	}
 	info.method = env.method
+	if !h.native.Load() && h.reservedID(rc, &info, &env) {
+		return
+	}
+	if env.method == "" && env.id != nil && (env.hasResult || env.hasError) && !h.native.Load() &&
+		h.tasksActive(&rc.Request.Header) && h.clientAnswer(rc, &info, &env) {
+		return // E-35: the answer to a relayed request went to its task's runner
+	}
 	if h.native.Load() && env.method != methodInitialize {
 		h.pass(rc, &info, env.id)
 		return
@@ -523,4 +542,39 @@ func (h *Handler) PingUpstream(ctx context.Context) error {
 		return err
 	}
 	return c.Close()
+}
+
+// upstreamIDPrefix starts the JSON-RPC ids of taskgate's own upstream
+// requests. Clients may not use it (P-07, E-45).
+const upstreamIDPrefix = "taskgate-"
+
+// reservedID refuses client requests whose id uses taskgate's upstream id
+// prefix, and swallows notifications/cancelled aimed at such ids (tasks
+// are cancelled with tasks/cancel only, T-61). It reports whether it
+// answered.
+func (h *Handler) reservedID(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) bool {
+	if env.method == "" {
+		return false
+	}
+	if env.id != nil {
+		if id, ok := unquoteValue(env.id); ok && strings.HasPrefix(id, upstreamIDPrefix) {
+			h.rpcError(rc, info, env.id, newRPCError(codeInvalidRequest,
+				"taskgate: request ids starting with "+upstreamIDPrefix+" are reserved"))
+			return true
+		}
+		return false
+	}
+	if env.method != notificationCancelled || env.params == nil {
+		return false
+	}
+	vals, err := members(env.params, "requestId")
+	if err != nil {
+		return false
+	}
+	if id, ok := unquoteValue(vals[0]); ok && strings.HasPrefix(id, upstreamIDPrefix) {
+		info.outcome = "ignored"
+		rc.SetStatusCode(fasthttp.StatusAccepted)
+		return true
+	}
+	return false
 }

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -21,10 +22,14 @@ import (
 
 // job is one background task call. The runner owns req.
 type job struct {
-	t   *taskstore.Task
-	req *fasthttp.Request
-	st  policy.Settings
-	log zerolog.Logger
+	t       *taskstore.Task
+	req     *fasthttp.Request
+	st      policy.Settings
+	log     zerolog.Logger
+	session string // store key of the client's session ("" without one)
+
+	pending    atomic.Int32 // relayed requests the client has not answered yet
+	lastStatus time.Time    // last progress-driven statusMessage update (reader goroutine only)
 }
 
 // Why a runner's call ended early (context.Cause of its context).
@@ -69,7 +74,7 @@ func (h *Handler) run(j *job) {
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		h.superviseRun(ctx, cancel, t)
+		h.superviseRun(ctx, cancel, j)
 	}()
 
 	var res callResult
@@ -111,7 +116,8 @@ func (h *Handler) run(j *job) {
 // superviseRun ends the call when the task is cancelled (through any
 // replica: the store's wake-ups, with lease renewals as the fallback) or
 // this process shuts down, and renews the lease meanwhile.
-func (h *Handler) superviseRun(ctx context.Context, cancel context.CancelCauseFunc, t *taskstore.Task) {
+func (h *Handler) superviseRun(ctx context.Context, cancel context.CancelCauseFunc, j *job) {
+	t := j.t
 	wctx, wcancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
 	ch, stop, err := h.store.Watch(wctx, t.Owner, t.ID)
 	wcancel()
@@ -141,6 +147,7 @@ func (h *Handler) superviseRun(ctx context.Context, cancel context.CancelCauseFu
 			cancel(errShutdown)
 			return
 		case <-ch:
+			h.deliverAnswers(ctx, j)
 			sctx, c := context.WithTimeout(ctx, h.cfg.StoreTimeout)
 			tt, err := h.store.Get(sctx, t.Owner, t.ID)
 			c()
@@ -152,6 +159,7 @@ func (h *Handler) superviseRun(ctx context.Context, cancel context.CancelCauseFu
 				return
 			}
 		case <-renew.C:
+			h.deliverAnswers(ctx, j) // in case a wake-up was missed
 			sctx, c := context.WithTimeout(ctx, h.cfg.StoreTimeout)
 			st, err := h.store.Renew(sctx, t.Owner, t.ID, h.cfg.Lease)
 			c()
@@ -210,34 +218,43 @@ func (h *Handler) dialUpstream(ctx context.Context) (net.Conn, error) {
 
 // exchange sends req on a fresh connection and returns the response with
 // its body as a stream. The connection closes when ctx ends or the caller
-// calls done.
+// calls done (which also releases resp).
 func (h *Handler) exchange(ctx context.Context, req *fasthttp.Request) (resp *fasthttp.Response, done func(), err error) {
+	resp, done, _, err = h.exchangeConn(ctx, req)
+	return resp, done, err
+}
+
+// exchangeConn is exchange that also returns abort, which closes the
+// connection at once (unblocking a reader of the body) without releasing
+// resp.
+func (h *Handler) exchangeConn(ctx context.Context, req *fasthttp.Request) (resp *fasthttp.Response, done, abort func(), err error) {
 	conn, err := h.dialUpstream(ctx)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	resp = fasthttp.AcquireResponse()
+	abort = func() { _ = conn.Close() }
 	done = func() {
 		stop()
-		conn.Close()
+		abort()
 		fasthttp.ReleaseResponse(resp)
 	}
 	bw := bufio.NewWriter(conn)
 	if err := req.Write(bw); err != nil {
 		done()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if err := bw.Flush(); err != nil {
 		done()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	resp.StreamBody = true
 	if err := resp.Read(bufio.NewReaderSize(conn, 16<<10)); err != nil {
 		done()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return resp, done, nil
+	return resp, done, abort, nil
 }
 
 // callUpstream runs the call and classifies the upstream's answer.
@@ -385,12 +402,12 @@ func (h *Handler) onUpstreamMessage(ctx context.Context, j *job, msg []byte) (ca
 	case env.method == "" && (env.hasResult || env.hasError):
 		return classify(append([]byte(nil), msg...)), true
 	case env.method == methodPing && env.id != nil:
+		// Answered here: a ping is no reason for input_required (E-36).
 		h.postUpstream(j, appendResultResponse(nil, env.id, []byte("{}")))
-	case env.id != nil:
-		// A server-to-client request this version cannot route yet:
-		// answer it so the upstream call does not hang.
-		h.postUpstream(j, appendErrorResponse(nil, env.id, codeMethodNotFound,
-			"taskgate: "+env.method+" is not supported during a task-augmented call"))
+	case env.method != "" && env.id != nil:
+		h.relayRequest(ctx, j, &env, append([]byte(nil), msg...))
+	case env.method != "":
+		h.relayNotification(ctx, j, &env, append([]byte(nil), msg...))
 	}
 	return callResult{}, false
 }

@@ -103,7 +103,16 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, "taskgate: generating a task id failed"))
 		return
 	}
+	// The upstream id is random and separate from the task id, which the
+	// client knows (P-07, E-45); the prefix is reserved (see reservedID).
+	upNonce, err := taskstore.NewID()
+	if err != nil {
+		h.tools.release(tool)
+		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, "taskgate: generating a task id failed"))
+		return
+	}
 	owner, _ := h.owner(&rc.Request.Header)
+	sess := h.sessionKey(rc.Request.Header.Peek(headerSessionID))
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	t := &taskstore.Task{
 		ID:           id,
@@ -114,8 +123,9 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 		TTL:          st.TTL(tv[0]),
 		PollInterval: st.PollInterval,
 		Tool:         tool,
-		UpstreamID:   `"taskgate-` + id + `"`,
+		UpstreamID:   `"` + upstreamIDPrefix + upNonce + `"`,
 		Runner:       h.cfg.ProcessID,
+		Session:      sess,
 	}
 	info.taskID = id
 
@@ -153,7 +163,7 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 	h.log.Info().Str(logTaskID, id).Str(logOwner, owner).Str(logTool, tool).
 		Dur("ttl", t.TTL).Msg("task created")
 	h.wg.Add(1)
-	go h.run(&job{t: t, req: req, st: st})
+	go h.run(&job{t: t, req: req, st: st, session: sess})
 
 	res := make([]byte, 0, 256)
 	res = append(res, `{"task":`...)
@@ -379,7 +389,7 @@ func acceptsSSE(hdr *fasthttp.RequestHeader) bool {
 func (h *Handler) awaitResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, owner, taskID string, sse bool) {
 	if !sse {
 		var buf []byte
-		t, out, err := h.waitTerminal(h.root, owner, taskID, nil)
+		t, out, err := h.waitTerminal(h.root, owner, taskID, nil, nil)
 		if err != nil {
 			h.storeError(rc, info, id, err)
 			return
@@ -431,11 +441,29 @@ func (h *Handler) streamResult(rc *fasthttp.RequestCtx, id []byte, owner, taskID
 		if w.Flush() != nil {
 			return
 		}
+		listen := func(ttl time.Duration) {
+			sctx, c := context.WithTimeout(context.Background(), h.cfg.StoreTimeout)
+			_ = h.store.SetListening(sctx, owner, taskID, ttl)
+			c()
+		}
+		listen(listeningTTLKeepAlive * h.cfg.KeepAlive)
+		defer listen(0)
 		keep := func() bool {
+			listen(listeningTTLKeepAlive * h.cfg.KeepAlive)
 			_, err := w.WriteString(": keep-alive\n\n")
 			return err == nil && w.Flush() == nil
 		}
-		t, out, err := h.waitTerminal(ctx, owner, taskID, keep)
+		n := 0
+		deliver := func(msgs [][]byte) int {
+			for i, m := range msgs {
+				n++
+				if _, err := w.Write(appendSSE(nil, evID+"."+strconv.Itoa(n), m)); err != nil || w.Flush() != nil {
+					return i
+				}
+			}
+			return len(msgs)
+		}
+		t, out, err := h.waitTerminal(ctx, owner, taskID, keep, deliver)
 		var buf []byte
 		switch {
 		case err == nil:
@@ -491,7 +519,9 @@ var errClientGone = errors.New("client went away")
 // outcome. It subscribes before re-reading, so no wake-up is lost; a slow
 // re-check also runs in case a wake-up was lost on a Redis reconnect.
 // tick, when set, runs every KeepAlive and ends the wait when it fails.
-func (h *Handler) waitTerminal(ctx context.Context, owner, taskID string, tick func() bool) (*taskstore.Task, *taskstore.Outcome, error) {
+// deliver, when set, gets the task's queued messages (issue 4) and returns
+// how many it wrote; the rest go back to the queue and the wait ends.
+func (h *Handler) waitTerminal(ctx context.Context, owner, taskID string, tick func() bool, deliver func([][]byte) int) (*taskstore.Task, *taskstore.Outcome, error) {
 	wctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
 	ch, stop, err := h.store.Watch(wctx, owner, taskID)
 	cancel()
@@ -504,6 +534,19 @@ func (h *Handler) waitTerminal(ctx context.Context, owner, taskID string, tick f
 	recheck := time.NewTicker(recheckInterval)
 	defer recheck.Stop()
 	for {
+		if deliver != nil {
+			dctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
+			msgs, err := h.store.Drain(dctx, owner, taskID)
+			cancel()
+			if err == nil && len(msgs) > 0 {
+				if n := deliver(msgs); n < len(msgs) {
+					rctx, cancel := context.WithTimeout(context.Background(), h.cfg.StoreTimeout)
+					_ = h.store.Requeue(rctx, owner, taskID, msgs[n:])
+					cancel()
+					return nil, nil, errClientGone
+				}
+			}
+		}
 		rctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
 		t, out, err := h.store.Outcome(rctx, owner, taskID)
 		cancel()

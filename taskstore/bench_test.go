@@ -75,3 +75,40 @@ func BenchmarkFinish(b *testing.B) {
 		}
 	})
 }
+
+func BenchmarkEnqueue(b *testing.B) {
+	benchBackends(b, func(b *testing.B, s *Redis) {
+		ctx := context.Background()
+		task := &Task{Owner: ownerA, TTL: time.Hour, Session: sessA}
+		if err := s.Create(ctx, task, CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		msg := []byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"t","progress":1}}`)
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := s.Enqueue(ctx, ownerA, task.ID, KindProgress, msg, 100); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func BenchmarkEnqueueDrain(b *testing.B) {
+	benchBackends(b, func(b *testing.B, s *Redis) {
+		ctx := context.Background()
+		task := &Task{Owner: ownerA, TTL: time.Hour, Session: sessA}
+		if err := s.Create(ctx, task, CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		msg := []byte(`{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"x"}}`)
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := s.Enqueue(ctx, ownerA, task.ID, KindNotification, msg, 0); err != nil {
+				b.Fatal(err)
+			}
+			if m, err := s.Drain(ctx, ownerA, task.ID); err != nil || len(m) != 1 {
+				b.Fatal(len(m), err)
+			}
+		}
+	})
+}

@@ -33,6 +33,20 @@
 // channel; Watch shares one pub/sub connection per Redis value. The store
 // is the source of truth: subscribe first, then re-read.
 //
+// Task streams (stream.go): messages the upstream sends while a task runs
+// wait in the task's queue list until one stream drains them (Drain takes
+// the whole list in one script, so a message reaches one stream only). A
+// tasks/result stream marks itself with SetListening; without the mark,
+// Enqueue also records the task in the session's queued set and publishes
+// "q:<id>" on the session channel, which WatchSession (same shared pub/sub)
+// turns into SessionEvents. Status changes publish "s:<id>" there too. The
+// queue is bounded by dropping progress, then other notifications, never
+// requests. Answers to server-to-client requests go through a pending entry
+// per (session, request id) to the task's inbox. Terminal status changes
+// delete queue, inbox and mark in the same script (T-50). The session is
+// read from the task hash inside the scripts, which build the session keys
+// from owner-slot prefixes passed as arguments (like listCmd's task keys).
+//
 // Deviation from the design sketch: the index score is the creation time in
 // ms bumped to be strictly increasing per owner (max(now, last+1)), instead
 // of the plain creation ms with ties by id. With plain ms a task created

@@ -15,8 +15,19 @@ import (
 //	P:{owner}:index       zset   member id, score = creation order (ms, strictly increasing)
 //	P:{owner}:live        zset   member id, score = task expiry ms; non-terminal tasks only
 //	P:{owner}:ev:<id>     channel  wake-ups for Watch (not a key)
+//	P:{owner}:q:<id>      list   outbound queue, FIFO; element = kind byte + message; expires with the task
+//	P:{owner}:in:<id>     list   inbox of client answers, FIFO; expires with the task
+//	P:{owner}:lis:<id>    string "1" while a tasks/result stream listens; PX min(mark ttl, task expiry)
+//	P:{owner}:sq:<sess>   set    the session's task ids with queued messages; expires a minute
+//	                             after the latest such task (stale members pruned by QueuedTasks)
+//	P:{owner}:pend:<sess>:<sha256 hex of reqID>
+//	                      string task id of a pending server-to-client request; expires with the task
+//	P:{owner}:sess:<sess> channel  SessionEvents, payload "q:<id>" or "s:<id>" (not a key)
 //	P:leases              zset   member "<owner>/<id>", score = lease deadline ms
 //	P:sess:<sha256 hex>   string upstream protocol version of a session
+//
+// <sess> is Task.Session, validated by validSession (it is already a digest
+// made by the caller, so it is used as is).
 //
 // The {owner} hash tag puts all of an owner's keys in one Cluster slot, so
 // every per-task script touches one slot. P:leases is the only global key;
@@ -33,9 +44,46 @@ func (k keys) index(owner string) string { return k.prefix + ":{" + owner + "}:i
 
 func (k keys) live(owner string) string { return k.prefix + ":{" + owner + "}:live" }
 
-func (k keys) events(owner, id string) string { return k.prefix + ":{" + owner + "}:ev:" + id }
+func (k keys) events(owner, id string) string { return k.eventsPrefix(owner) + id }
 
 func (k keys) leases() string { return k.prefix + ":leases" }
+
+func (k keys) queue(owner, id string) string { return k.queuePrefix(owner) + id }
+
+// queuePrefix is the queue key without its id (queuedCmd appends ids).
+func (k keys) queuePrefix(owner string) string { return k.prefix + ":{" + owner + "}:q:" }
+
+func (k keys) inbox(owner, id string) string { return k.inboxPrefix(owner) + id }
+
+// inboxPrefix is the inbox key without its id (answerCmd appends the
+// pending task id).
+func (k keys) inboxPrefix(owner string) string { return k.prefix + ":{" + owner + "}:in:" }
+
+func (k keys) listening(owner, id string) string { return k.prefix + ":{" + owner + "}:lis:" + id }
+
+func (k keys) sessQueued(owner, session string) string { return k.sessQueuedPrefix(owner) + session }
+
+// sessQueuedPrefix is the session's queued-set key without the session;
+// scripts append the session read from the task hash.
+func (k keys) sessQueuedPrefix(owner string) string { return k.prefix + ":{" + owner + "}:sq:" }
+
+func (k keys) sessEvents(owner, session string) string { return k.sessEventsPrefix(owner) + session }
+
+// sessEventsPrefix is the session channel without the session; scripts
+// append the session read from the task hash.
+func (k keys) sessEventsPrefix(owner string) string { return k.prefix + ":{" + owner + "}:sess:" }
+
+// eventsPrefix is the task channel without its id (answerCmd appends the
+// pending task id).
+func (k keys) eventsPrefix(owner string) string { return k.prefix + ":{" + owner + "}:ev:" }
+
+// pending names one pending server-to-client request. reqID is raw JSON
+// text of any length and content, so it is hashed; session is validated
+// (or "") and contains no ':'.
+func (k keys) pending(owner, session, reqID string) string {
+	sum := sha256.Sum256([]byte(reqID))
+	return k.prefix + ":{" + owner + "}:pend:" + session + ":" + hex.EncodeToString(sum[:])
+}
 
 // session hashes the session id so raw session ids never appear in Redis.
 func (k keys) session(session string) string {
@@ -86,6 +134,10 @@ func validID(s string) bool {
 	}
 	return true
 }
+
+// validSession accepts what validID accepts: a session key is a digest
+// made by the caller, and it becomes part of key and channel names.
+func validSession(s string) bool { return validID(s) }
 
 // validPrefix rejects braces (they would hijack the hash tag) and whitespace.
 func validPrefix(s string) bool {

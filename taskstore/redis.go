@@ -147,6 +147,8 @@ func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 		return fmt.Errorf("taskstore: create: invalid owner %q", t.Owner)
 	case !validID(t.ID):
 		return fmt.Errorf("taskstore: create: invalid id %q", t.ID)
+	case t.Session != "" && !validSession(t.Session):
+		return fmt.Errorf("taskstore: create %s: invalid session key", t.ID)
 	case t.TTL < time.Millisecond:
 		return fmt.Errorf("taskstore: create %s: ttl %v < 1ms", t.ID, t.TTL)
 	case t.PollInterval < 0:
@@ -168,7 +170,7 @@ func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 	res, err := s.pipe(ctx, []scriptCall{
 		{createCmd, []string{s.k.task(t.Owner, t.ID), s.k.index(t.Owner), s.k.live(t.Owner)}, []any{
 			t.ID, now, exp, keep, opt.MaxPerOwner, deadline, ttl, t.PollInterval.Milliseconds(),
-			t.Tool, t.UpstreamID, t.Runner, t.StatusMessage, s.k.taskPrefix(t.Owner),
+			t.Tool, t.UpstreamID, t.Runner, t.StatusMessage, s.k.taskPrefix(t.Owner), t.Session,
 		}},
 		{leaseAddCmd, []string{s.k.leases()}, []any{member, deadline, keep, now}},
 	}, nil)
@@ -265,7 +267,7 @@ func (s *Redis) Update(ctx context.Context, owner, id string, st Status, msg str
 		return nil, ErrNotFound
 	}
 	cmd := updateCmd.Run(ctx, s.rdb, []string{s.k.task(owner, id)},
-		string(st), msg, s.nowMS(), s.k.events(owner, id))
+		string(st), msg, s.nowMS(), s.k.events(owner, id), s.k.sessEventsPrefix(owner), id)
 	return s.taskReply("update", owner, id, cmd)
 }
 
@@ -297,9 +299,9 @@ func (s *Redis) terminate(ctx context.Context, op, owner, id string, st Status, 
 		return nil, ErrNotFound
 	}
 	leases, member := s.k.leases(), leaseMember(owner, id)
-	res, err := s.pipe(ctx, []scriptCall{{terminateCmd,
-		[]string{s.k.task(owner, id), s.k.live(owner)},
-		[]any{string(st), msg, s.nowMS(), s.k.events(owner, id), string(out.Kind), []byte(out.Raw), 0, id},
+	res, err := s.pipe(ctx, []scriptCall{{terminateCmd, s.terminateKeys(owner, id),
+		[]any{string(st), msg, s.nowMS(), s.k.events(owner, id), string(out.Kind), []byte(out.Raw), 0, id,
+			s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner)},
 	}}, func(p redis.Pipeliner) {
 		// Removing the lease even when the script refuses is fine: a
 		// terminal or missing task needs none.
@@ -309,6 +311,11 @@ func (s *Redis) terminate(ctx context.Context, op, owner, id string, st Status, 
 		return nil, wrapErr(op, id, err)
 	}
 	return s.taskReply(op, owner, id, res[0])
+}
+
+// terminateKeys are terminateCmd's KEYS.
+func (s *Redis) terminateKeys(owner, id string) []string {
+	return []string{s.k.task(owner, id), s.k.live(owner), s.k.queue(owner, id), s.k.inbox(owner, id), s.k.listening(owner, id)}
 }
 
 // taskReply maps a {code, meta...} script reply.
@@ -406,9 +413,9 @@ func (s *Redis) Recover(ctx context.Context, skew time.Duration, msg string) ([]
 				continue
 			}
 			owners, ids = append(owners, owner), append(ids, id)
-			calls = append(calls, scriptCall{terminateCmd,
-				[]string{s.k.task(owner, id), s.k.live(owner)},
-				[]any{string(Failed), msg, now, s.k.events(owner, id), string(OutcomeInternal), "", cutoff, id}})
+			calls = append(calls, scriptCall{terminateCmd, s.terminateKeys(owner, id),
+				[]any{string(Failed), msg, now, s.k.events(owner, id), string(OutcomeInternal), "", cutoff, id,
+					s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner)}})
 		}
 		res, err := s.pipe(ctx, calls, nil)
 		if err != nil {
@@ -597,6 +604,7 @@ func decodeTask(owner, id string, vals []any) (*Task, error) {
 		Tool:          str(6),
 		UpstreamID:    str(7),
 		Runner:        str(8),
+		Session:       str(9),
 	}, nil
 }
 

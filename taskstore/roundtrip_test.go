@@ -55,8 +55,24 @@ func TestRoundTrips(t *testing.T) {
 				name string
 				fn   func() error
 			}{
-				{"Create", func() error { task = newTask(ownerA); return s.Create(ctx, task, CreateOptions{MaxPerOwner: 10}) }},
+				{"Create", func() error {
+					task = newSessionTask(ownerA, sessA)
+					return s.Create(ctx, task, CreateOptions{MaxPerOwner: 10})
+				}},
 				{"Get", func() error { _, err := s.Get(ctx, ownerA, task.ID); return err }},
+				{"Enqueue", func() error {
+					_, err := s.Enqueue(ctx, ownerA, task.ID, KindProgress, []byte(`{"method":"notifications/progress"}`), 1)
+					return err
+				}},
+				{"Enqueue trimming", func() error { _, err := s.Enqueue(ctx, ownerA, task.ID, KindRequest, []byte(`{}`), 1); return err }},
+				{"QueuedTasks", func() error { _, err := s.QueuedTasks(ctx, ownerA, sessA); return err }},
+				{"Drain", func() error { _, err := s.Drain(ctx, ownerA, task.ID); return err }},
+				{"Requeue", func() error { return s.Requeue(ctx, ownerA, task.ID, [][]byte{[]byte("a"), []byte("b")}) }},
+				{"SetListening", func() error { return s.SetListening(ctx, ownerA, task.ID, time.Minute) }},
+				{"SetListening(0)", func() error { return s.SetListening(ctx, ownerA, task.ID, 0) }},
+				{"AddPending", func() error { return s.AddPending(ctx, ownerA, sessA, `1`, task.ID) }},
+				{"Answer", func() error { _, err := s.Answer(ctx, ownerA, sessA, `1`, []byte(`{"result":{}}`)); return err }},
+				{"TakeAnswers", func() error { _, err := s.TakeAnswers(ctx, ownerA, task.ID); return err }},
 				{"Update", func() error { _, err := s.Update(ctx, ownerA, task.ID, InputRequired, "x"); return err }},
 				{"Renew", func() error { _, err := s.Renew(ctx, ownerA, task.ID, time.Minute); return err }},
 				{"Finish", func() error { _, err := s.Finish(ctx, ownerA, task.ID, Completed, "", out); return err }},
@@ -164,14 +180,53 @@ func TestWatchReconnect(t *testing.T) {
 	})
 }
 
-// TestWatchDeadline: with Redis unreachable Watch fails with ErrUnavailable
-// when ctx ends.
+// TestWatchSessionReconnect: a pub/sub reconnect delivers an 'r' to
+// session watchers, after the events already delivered, and later events
+// arrive again.
+func TestWatchSessionReconnect(t *testing.T) {
+	b := redisServer(t)(t)
+	s := b.open(t, Config{})
+	ctx := testCtx(t)
+	task := mustCreate(t, s, newSessionTask(ownerA, sessA), CreateOptions{})
+	events := watchSession(t, s, ownerA, sessA)
+	mustEnqueue(t, s, ownerA, task.ID, KindProgress, "m", 0)
+	nextEvent(t, events, SessionEvent{'q', task.ID}, "Enqueue")
+	n, err := b.raw.Do(ctx, "CLIENT", "KILL", "TYPE", "pubsub").Int()
+	if err != nil || n != 1 {
+		t.Fatalf("CLIENT KILL TYPE pubsub = %d, %v; want 1 connection killed", n, err)
+	}
+	select {
+	case ev := <-events:
+		if ev != (SessionEvent{Kind: 'r'}) {
+			t.Errorf("after the reconnect: event {%c %s}, want {r }", ev.Kind, ev.TaskID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no 'r' after the pub/sub connection was killed")
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		if _, err := s.Update(ctx, ownerA, task.ID, "", time.Now().String()); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case ev := <-events:
+			return ev == SessionEvent{'s', task.ID}
+		case <-time.After(200 * time.Millisecond):
+			return false
+		}
+	})
+}
+
+// TestWatchDeadline: with Redis unreachable Watch and WatchSession fail
+// with ErrUnavailable when ctx ends.
 func TestWatchDeadline(t *testing.T) {
 	s := storeOn(t, deadClient(t), uniquePrefix(), Config{}, true)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	if _, _, err := s.Watch(ctx, ownerA, "0123456789abcdef0123456789abcdef"); !errors.Is(err, ErrUnavailable) {
 		t.Errorf("Watch on dead Redis = %v, want ErrUnavailable", err)
+	}
+	if _, _, err := s.WatchSession(ctx, ownerA, sessA); !errors.Is(err, ErrUnavailable) {
+		t.Errorf("WatchSession on dead Redis = %v, want ErrUnavailable", err)
 	}
 }
 
@@ -213,6 +268,14 @@ func TestUnavailable(t *testing.T) {
 	_, errs["SessionVersion"] = s.SessionVersion(ctx, "x")
 	errs["SetSessionVersion"] = s.SetSessionVersion(ctx, "x", "v", time.Second)
 	errs["Ping"] = s.Ping(ctx)
+	_, errs["Enqueue"] = s.Enqueue(ctx, ownerA, id, KindProgress, []byte("x"), 0)
+	_, errs["Drain"] = s.Drain(ctx, ownerA, id)
+	errs["Requeue"] = s.Requeue(ctx, ownerA, id, [][]byte{[]byte("x")})
+	errs["SetListening"] = s.SetListening(ctx, ownerA, id, time.Second)
+	_, errs["QueuedTasks"] = s.QueuedTasks(ctx, ownerA, sessA)
+	errs["AddPending"] = s.AddPending(ctx, ownerA, sessA, "1", id)
+	_, errs["Answer"] = s.Answer(ctx, ownerA, sessA, "1", []byte("x"))
+	_, errs["TakeAnswers"] = s.TakeAnswers(ctx, ownerA, id)
 	for op, err := range errs {
 		var nerr net.Error
 		if !errors.Is(err, ErrUnavailable) || !errors.As(err, &nerr) || errors.Is(err, ErrNotFound) {

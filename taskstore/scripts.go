@@ -18,6 +18,7 @@ const (
 	fTool    = "tool"    // tool name
 	fUpID    = "upid"    // upstream JSON-RPC id, raw JSON text
 	fRunner  = "runner"  // runner process id
+	fSess    = "sess"    // Task.Session ("" for none)
 	fLease   = "lease"   // lease deadline, unix ms; removed when terminal
 	fOutKind = "okind"   // OutcomeKind; absent until finished
 	fOut     = "out"     // outcome raw bytes; absent until finished
@@ -25,14 +26,16 @@ const (
 
 // metaFields are the fields every script returns and decodeTask reads, in
 // this order. The Lua prelude's F table is generated from it.
-var metaFields = []string{fStatus, fMsg, fCreated, fUpdated, fTTL, fPoll, fTool, fUpID, fRunner}
+var metaFields = []string{fStatus, fMsg, fCreated, fUpdated, fTTL, fPoll, fTool, fUpID, fRunner, fSess}
 
 // outcomeFields is metaFields plus the outcome (Outcome's one HMGET).
 var outcomeFields = append(append([]string(nil), metaFields...), fOutKind, fOut)
 
 // luaPrelude is shared by the scripts:
-//   - F: metaFields; meta(k) = HMGET k F... (v[1] false when the task is missing)
-//   - alive(v, now): task exists and now < created+ttl (T-30; the Redis TTL
+//   - F: metaFields; meta(k) = HMGET k F... (v[1] false when the task is
+//     missing; v[10] is the session, false for a task stored before it existed)
+//   - expiry(v): created+ttl, unix ms
+//   - alive(v, now): task exists and now < expiry(v) (T-30; the Redis TTL
 //     removes it at the same instant, this makes the cut-off exact even when a
 //     backend expires lazily)
 //   - terminal(s): completed, failed or cancelled (T-23)
@@ -40,15 +43,47 @@ var outcomeFields = append(append([]string(nil), metaFields...), fOutKind, fOut)
 //     rather than PEXPIREAT NX/GT so it also runs on Redis < 7.
 //   - ms(x): integer ms as a decimal string (Lua numbers would print as
 //     1.7e+12 on gopher-lua).
+//   - announce(set, ch, sess, id, keep, now): if sess is set, add id to the
+//     session's queued set (set..sess, kept until keep) and publish "q:<id>"
+//     on the session channel ch..sess.
+//   - trim(k, excess): drop the excess oldest "p" elements of queue k, then
+//     the oldest "n" ones, never "r"; returns how many were dropped.
 var luaPrelude = `
 local F = {` + luaStrings(metaFields) + `}
 local function meta(k) return redis.call("HMGET", k, unpack(F)) end
-local function alive(v, now) return v[1] and (tonumber(v[3]) + tonumber(v[5]) > now) end
+local function expiry(v) return tonumber(v[3]) + tonumber(v[5]) end
+local function alive(v, now) return v[1] and (expiry(v) > now) end
 local function terminal(s) return s == "completed" or s == "failed" or s == "cancelled" end
 local function ms(x) return string.format("%d", x) end
 local function extend(k, at, now)
   local p = redis.call("PTTL", k)
   if p < 0 or now + p < at then redis.call("PEXPIREAT", k, ms(at)) end
+end
+local function announce(set, ch, sess, id, keep, now)
+  if not sess or sess == "" then return end
+  redis.call("SADD", set .. sess, id)
+  extend(set .. sess, keep, now)
+  redis.call("PUBLISH", ch .. sess, "q:" .. id)
+end
+local function trim(k, excess)
+  local marked = 0
+  for _, cls in ipairs({"p", "n"}) do
+    local off = 0
+    while marked < excess do
+      local r = redis.call("LRANGE", k, off, off + 63)
+      for i = 1, #r do
+        if string.sub(r[i], 1, 1) == cls then
+          redis.call("LSET", k, off + i - 1, "")
+          marked = marked + 1
+          if marked == excess then break end
+        end
+      end
+      if #r < 64 then break end
+      off = off + #r
+    end
+  end
+  if marked > 0 then redis.call("LREM", k, marked, "") end
+  return marked
 end
 local function reply(code, v)
   local r = {code}
@@ -81,7 +116,8 @@ const (
 // ARGV[4] keep-until ms for the index and live zsets, ARGV[5] max live tasks
 // (0 = no cap), ARGV[6] lease deadline ms, ARGV[7] ttl ms, ARGV[8] poll ms,
 // ARGV[9] tool, ARGV[10] upstream id, ARGV[11] runner, ARGV[12] status
-// message, ARGV[13] task key prefix P:{owner}:task: (same slot).
+// message, ARGV[13] task key prefix P:{owner}:task: (same slot), ARGV[14]
+// session ("" for none).
 //
 // Returns {1} stored, {-1} id exists, {-2} owner at MaxPerOwner (nothing
 // written). With a cap, live members whose expiry passed are dropped first
@@ -106,7 +142,8 @@ local score = now
 local top = redis.call("ZRANGE", KEYS[2], -1, -1, "WITHSCORES")
 if top[2] and tonumber(top[2]) >= score then score = tonumber(top[2]) + 1 end
 redis.call("HSET", KEYS[1], "status", "working", "msg", ARGV[12], "created", ARGV[2], "updated", ARGV[2],
-  "ttl", ARGV[7], "poll", ARGV[8], "tool", ARGV[9], "upid", ARGV[10], "runner", ARGV[11], "lease", ARGV[6])
+  "ttl", ARGV[7], "poll", ARGV[8], "tool", ARGV[9], "upid", ARGV[10], "runner", ARGV[11], "lease", ARGV[6],
+  "sess", ARGV[14])
 redis.call("PEXPIREAT", KEYS[1], ARGV[3])
 redis.call("ZADD", KEYS[2], ms(score), ARGV[1])
 redis.call("ZADD", KEYS[3], ARGV[3], ARGV[1])
@@ -130,10 +167,12 @@ return 1
 
 // updateCmd moves a non-terminal task between working and input_required
 // and/or sets its message; lastUpdatedAt moves (never backwards) only when
-// something changed (Q-19), and then a wake-up is published.
+// something changed (Q-19), and then a wake-up is published on the task's
+// channel and, if the task has a session, "s:<id>" on the session channel.
 //
 // KEYS[1] task hash. ARGV[1] status ("" keeps), ARGV[2] message ("" keeps),
-// ARGV[3] now ms, ARGV[4] event channel.
+// ARGV[3] now ms, ARGV[4] event channel, ARGV[5] session channel prefix
+// P:{owner}:sess:, ARGV[6] id.
 // Returns {1, meta...} after the update, {0} missing or expired, {-1} terminal.
 var updateCmd = redis.NewScript(luaPrelude + `
 local now = tonumber(ARGV[3])
@@ -147,6 +186,7 @@ if changed then
   v[4] = ms(math.max(now, tonumber(v[4])))
   redis.call("HSET", KEYS[1], "status", v[1], "msg", v[2], "updated", v[4])
   redis.call("PUBLISH", ARGV[4], "u")
+  if v[10] and v[10] ~= "" then redis.call("PUBLISH", ARGV[5] .. v[10], "s:" .. ARGV[6]) end
 end
 return reply(1, v)
 `)
@@ -155,14 +195,19 @@ return reply(1, v)
 // (completed/failed + outcome), Cancel (cancelled, no outcome) and Recover
 // (failed + internal outcome, only if the lease expired). It refuses to
 // leave a terminal status (T-23, T-57, T-59), so a late outcome after a
-// cancel is dropped. The task leaves the owner's live zset and a wake-up is
-// published.
+// cancel is dropped. The task leaves the owner's live zset (and its
+// session's queued set), its outbound queue, inbox and listening mark are
+// deleted (nothing is delivered after the end, T-50), and a wake-up is
+// published on the task's channel and, if the task has a session, "s:<id>"
+// on the session channel.
 //
-// KEYS[1] task hash, KEYS[2] owner live zset.
+// KEYS[1] task hash, KEYS[2] owner live zset, KEYS[3] queue, KEYS[4]
+// inbox, KEYS[5] listening mark.
 // ARGV[1] status, ARGV[2] message (replaces the current one), ARGV[3] now
 // ms, ARGV[4] event channel, ARGV[5] outcome kind ("" = store none),
 // ARGV[6] outcome raw, ARGV[7] lease cutoff ms (0 = none; else refuse
-// unless the task's lease deadline < cutoff), ARGV[8] id.
+// unless the task's lease deadline < cutoff), ARGV[8] id, ARGV[9] session
+// queued-set prefix P:{owner}:sq:, ARGV[10] session channel prefix.
 // Returns {1, meta...} after the change, {0} missing or expired,
 // {-1} terminal, {-2} lease not expired.
 var terminateCmd = redis.NewScript(luaPrelude + `
@@ -182,7 +227,12 @@ redis.call("HSET", KEYS[1], "status", v[1], "msg", v[2], "updated", v[4])
 if ARGV[5] ~= "" then redis.call("HSET", KEYS[1], "okind", ARGV[5], "out", ARGV[6]) end
 redis.call("HDEL", KEYS[1], "lease")
 redis.call("ZREM", KEYS[2], ARGV[8])
+redis.call("DEL", KEYS[3], KEYS[4], KEYS[5])
 redis.call("PUBLISH", ARGV[4], "t")
+if v[10] and v[10] ~= "" then
+  redis.call("SREM", ARGV[9] .. v[10], ARGV[8])
+  redis.call("PUBLISH", ARGV[10] .. v[10], "s:" .. ARGV[8])
+end
 return reply(1, v)
 `)
 
@@ -248,4 +298,172 @@ while not done do
 end
 for i = 1, #stale do redis.call("ZREM", KEYS[1], stale[i]) end
 return out
+`)
+
+// Task streams (stream.go). Queue elements are the kind byte ("p", "n",
+// "r") followed by the message; "" is never an element, trim uses it as a
+// tombstone.
+
+// enqueueCmd appends a message to a live, non-terminal task's queue, trims
+// the queue to max and wakes listeners: always the task's channel ("m");
+// unless a tasks/result stream listens, also the session (announce).
+//
+// KEYS[1] task hash, KEYS[2] queue, KEYS[3] listening mark.
+// ARGV[1] now ms, ARGV[2] kind ("p", "n" or "r"), ARGV[3] message,
+// ARGV[4] max queue length (0 = unbounded), ARGV[5] task channel,
+// ARGV[6] session queued-set prefix P:{owner}:sq:, ARGV[7] session channel
+// prefix P:{owner}:sess:, ARGV[8] id, ARGV[9] slack ms for the queued set.
+// Returns {1, dropped} queued, {0} missing or expired, {-1} terminal
+// (nothing queued). The queue expires with the task.
+var enqueueCmd = redis.NewScript(luaPrelude + `
+local now = tonumber(ARGV[1])
+local v = meta(KEYS[1])
+if not alive(v, now) then return {0} end
+if terminal(v[1]) then return {-1} end
+local exp = expiry(v)
+local n = redis.call("RPUSH", KEYS[2], ARGV[2] .. ARGV[3])
+redis.call("PEXPIREAT", KEYS[2], ms(exp))
+local dropped = 0
+local max = tonumber(ARGV[4])
+if max > 0 and n > max then dropped = trim(KEYS[2], n - max) end
+redis.call("PUBLISH", ARGV[5], "m")
+if redis.call("EXISTS", KEYS[3]) == 0 then
+  announce(ARGV[6], ARGV[7], v[10], ARGV[8], exp + tonumber(ARGV[9]), now)
+end
+return {1, dropped}
+`)
+
+// drainCmd takes the whole queue and removes the task from its session's
+// queued set. A missing task has whatever its queue holds (normally
+// nothing: the queue expires with it).
+//
+// KEYS[1] queue, KEYS[2] task hash. ARGV[1] session queued-set prefix,
+// ARGV[2] id.
+// Returns the elements, FIFO.
+var drainCmd = redis.NewScript(`
+local r = redis.call("LRANGE", KEYS[1], 0, -1)
+if #r > 0 then redis.call("DEL", KEYS[1]) end
+local sess = redis.call("HGET", KEYS[2], "sess")
+if sess and sess ~= "" then redis.call("SREM", ARGV[1] .. sess, ARGV[2]) end
+return r
+`)
+
+// requeueCmd puts elements back at the head of a live, non-terminal task's
+// queue, in order, and wakes listeners like enqueueCmd (no trimming).
+//
+// KEYS[1] task hash, KEYS[2] queue, KEYS[3] listening mark.
+// ARGV[1] now ms, ARGV[2] task channel, ARGV[3] session queued-set prefix,
+// ARGV[4] session channel prefix, ARGV[5] id, ARGV[6] slack ms,
+// ARGV[7..] elements (kind byte + message), oldest first.
+// Returns {1} requeued, {0} missing or expired, {-1} terminal.
+var requeueCmd = redis.NewScript(luaPrelude + `
+local now = tonumber(ARGV[1])
+local v = meta(KEYS[1])
+if not alive(v, now) then return {0} end
+if terminal(v[1]) then return {-1} end
+local exp = expiry(v)
+for i = #ARGV, 7, -1 do redis.call("LPUSH", KEYS[2], ARGV[i]) end
+redis.call("PEXPIREAT", KEYS[2], ms(exp))
+redis.call("PUBLISH", ARGV[2], "m")
+if redis.call("EXISTS", KEYS[3]) == 0 then
+  announce(ARGV[3], ARGV[4], v[10], ARGV[5], exp + tonumber(ARGV[6]), now)
+end
+return {1}
+`)
+
+// listenCmd sets or clears a task's listening mark. Clearing it while the
+// queue still holds messages of a live, non-terminal task announces them to
+// the session, so they are not stranded when a tasks/result stream closes.
+//
+// KEYS[1] task hash, KEYS[2] listening mark, KEYS[3] queue.
+// ARGV[1] now ms, ARGV[2] mark ttl ms (<= 0 clears), ARGV[3] session
+// queued-set prefix, ARGV[4] session channel prefix, ARGV[5] id, ARGV[6]
+// slack ms.
+// Returns {1} done, {0} missing or expired (setting only; clearing always
+// succeeds). The mark lives min(ttl, task expiry - now).
+var listenCmd = redis.NewScript(luaPrelude + `
+local now = tonumber(ARGV[1])
+local ttl = tonumber(ARGV[2])
+local v = meta(KEYS[1])
+if ttl <= 0 then
+  redis.call("DEL", KEYS[2])
+  if alive(v, now) and not terminal(v[1]) and redis.call("LLEN", KEYS[3]) > 0 then
+    announce(ARGV[3], ARGV[4], v[10], ARGV[5], expiry(v) + tonumber(ARGV[6]), now)
+  end
+  return {1}
+end
+if not alive(v, now) then return {0} end
+local left = expiry(v) - now
+if ttl > left then ttl = left end
+redis.call("SET", KEYS[2], "1", "PX", ms(ttl))
+return {1}
+`)
+
+// queuedCmd lists a session's tasks whose queue is not empty and prunes the
+// others (drained by a Drain that raced, or expired).
+//
+// KEYS[1] session queued set. ARGV[1] queue key prefix P:{owner}:q: (the
+// queue keys are built from it, same slot by the hash tag).
+// Returns the task ids.
+var queuedCmd = redis.NewScript(`
+local ids = redis.call("SMEMBERS", KEYS[1])
+local out = {}
+for i = 1, #ids do
+  if redis.call("LLEN", ARGV[1] .. ids[i]) > 0 then
+    out[#out + 1] = ids[i]
+  else
+    redis.call("SREM", KEYS[1], ids[i])
+  end
+end
+return out
+`)
+
+// addPendingCmd records which task a pending server-to-client request
+// belongs to; the entry expires with the task.
+//
+// KEYS[1] task hash, KEYS[2] pending key. ARGV[1] now ms, ARGV[2] id.
+// Returns {1} recorded, {0} missing or expired, {-1} terminal.
+var addPendingCmd = redis.NewScript(luaPrelude + `
+local now = tonumber(ARGV[1])
+local v = meta(KEYS[1])
+if not alive(v, now) then return {0} end
+if terminal(v[1]) then return {-1} end
+redis.call("SET", KEYS[2], ARGV[2], "PX", ms(expiry(v) - now))
+return {1}
+`)
+
+// answerCmd consumes a pending request and hands the client's response to
+// the task: appended to its inbox (expiring with the task) and "a"
+// published on its channel. For a task that became terminal meanwhile the
+// answer is accepted and dropped (nobody will read it).
+//
+// KEYS[1] pending key. ARGV[1] now ms, ARGV[2] response, ARGV[3] task key
+// prefix P:{owner}:task:, ARGV[4] inbox prefix P:{owner}:in:, ARGV[5] task
+// channel prefix P:{owner}:ev: (keys built from the pending entry's task
+// id, same slot by the hash tag).
+// Returns {1, id} taken, {0} not pending (or its task is gone; the entry is
+// removed then too).
+var answerCmd = redis.NewScript(luaPrelude + `
+local id = redis.call("GET", KEYS[1])
+if not id then return {0} end
+redis.call("DEL", KEYS[1])
+local now = tonumber(ARGV[1])
+local v = meta(ARGV[3] .. id)
+if not alive(v, now) then return {0} end
+if not terminal(v[1]) then
+  local ib = ARGV[4] .. id
+  redis.call("RPUSH", ib, ARGV[2])
+  redis.call("PEXPIREAT", ib, ms(expiry(v)))
+  redis.call("PUBLISH", ARGV[5] .. id, "a")
+end
+return {1, id}
+`)
+
+// takeCmd takes a whole list (TakeAnswers: the inbox).
+//
+// KEYS[1] list. Returns its elements, FIFO.
+var takeCmd = redis.NewScript(`
+local r = redis.call("LRANGE", KEYS[1], 0, -1)
+if #r > 0 then redis.call("DEL", KEYS[1]) end
+return r
 `)

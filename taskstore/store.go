@@ -61,6 +61,11 @@ type Task struct {
 	Tool          string        // tool name of the underlying tools/call
 	UpstreamID    string        // JSON-RPC id used for the upstream request (raw JSON text)
 	Runner        string        // id of the taskgate process running the call
+	// Session is the opaque key of the client's MCP session (already hashed
+	// by the caller), or "" for none. Create accepts "" or 1..128 bytes of
+	// [A-Za-z0-9_-] (a hex or base64url digest); it names the session's
+	// channel and sets, so it is never a raw Mcp-Session-Id.
+	Session string
 }
 
 // ExpiresAt is CreatedAt + TTL: after it the task and its outcome are gone (T-30).
@@ -79,6 +84,26 @@ var (
 	// ErrUnavailable wraps failures to reach the backing Redis.
 	ErrUnavailable = errors.New("taskstore: task store unavailable")
 )
+
+// MessageKind classifies a queued message for the queue bound.
+type MessageKind byte
+
+// Message kinds, in the order Enqueue drops them when a queue is full.
+const (
+	KindProgress     MessageKind = 'p' // notifications/progress: dropped first when the queue is full
+	KindNotification MessageKind = 'n' // other notifications (logging): dropped after progress
+	KindRequest      MessageKind = 'r' // server-to-client requests: never dropped
+)
+
+// SessionEvent is a wake-up on a session's channel (WatchSession).
+type SessionEvent struct {
+	// Kind is 'q' (the task has queued messages), 's' (the task's status
+	// changed) or 'r' (events may have been lost: pub/sub reconnect, a
+	// full channel or Close; re-scan QueuedTasks and re-read the
+	// session's tasks; TaskID is then "").
+	Kind   byte
+	TaskID string
+}
 
 // CreateOptions bound a creation.
 type CreateOptions struct {
@@ -99,13 +124,16 @@ type Store interface {
 	Get(ctx context.Context, owner, id string) (*Task, error)
 	// Update moves a non-terminal task between working and input_required
 	// and/or sets its status message (msg == "" keeps the current one).
+	// A change wakes Watch and, if the task has a session, WatchSession ('s').
 	// ErrTerminal if terminal, ErrNotFound if missing.
 	Update(ctx context.Context, owner, id string, st Status, msg string) (*Task, error)
-	// Finish moves a non-terminal task to completed or failed, stores out and
-	// drops its lease. ErrTerminal if already terminal (a late outcome after a
-	// cancel is dropped, T-59), ErrNotFound if missing/expired.
+	// Finish moves a non-terminal task to completed or failed, stores out,
+	// drops its lease and deletes its outbound queue, inbox and listening
+	// mark. ErrTerminal if already terminal (a late outcome after a cancel
+	// is dropped, T-59), ErrNotFound if missing/expired.
 	Finish(ctx context.Context, owner, id string, st Status, msg string, out Outcome) (*Task, error)
-	// Cancel moves a non-terminal task to cancelled (T-58) and returns it.
+	// Cancel moves a non-terminal task to cancelled (T-58) and returns it,
+	// deleting its outbound queue, inbox and listening mark like Finish.
 	// ErrTerminal if already terminal (T-57), ErrNotFound if missing.
 	Cancel(ctx context.Context, owner, id, msg string) (*Task, error)
 	// Outcome returns the task and its stored outcome in one round trip.
@@ -115,20 +143,63 @@ type Store interface {
 	// next page ("" = no more). ErrBadCursor for a cursor it did not issue.
 	List(ctx context.Context, owner, cursor string, limit int) ([]Task, string, error)
 	// Watch delivers a signal on the returned channel whenever the task
-	// changes (any replica). The store stays the source of truth: callers
+	// changes, a message is enqueued or requeued for it, or an answer
+	// arrives for it (any replica). The store stays the source of truth: callers
 	// re-read after each signal. stop releases the subscription.
 	Watch(ctx context.Context, owner, id string) (ch <-chan struct{}, stop func(), err error)
 	// Renew extends the runner's lease to now+lease and returns the task's
 	// current status (so a runner learns of a cancel even without Watch).
 	Renew(ctx context.Context, owner, id string, lease time.Duration) (Status, error)
 	// Recover fails every non-terminal task whose lease expired more than
-	// skew ago, with statusMessage msg, and returns those tasks.
+	// skew ago, with statusMessage msg (deleting queue and inbox like
+	// Finish), and returns those tasks.
 	Recover(ctx context.Context, skew time.Duration, msg string) ([]Task, error)
 	// SessionVersion returns the upstream protocol version recorded for the
 	// session key, or "" when none was recorded.
 	SessionVersion(ctx context.Context, session string) (string, error)
 	// SetSessionVersion records the upstream's protocol version for a session.
 	SetSessionVersion(ctx context.Context, session, version string, ttl time.Duration) error
+
+	// Task streams: messages the upstream sends while a task runs are
+	// queued per task and delivered once, by whichever stream drains them;
+	// the client's answers travel back through a per-task inbox.
+
+	// Enqueue appends msg to the task's outbound queue and wakes listeners, in
+	// one round trip. If a tasks/result listener is registered (SetListening),
+	// only the task's Watch channel is signalled; otherwise also the session
+	// channel (SessionEvent 'q') and the task id is recorded in the session's
+	// set of tasks with queued messages. When the queue is longer than max
+	// (max > 0), the oldest progress messages are dropped first, then the oldest
+	// other notifications; requests are never dropped (the queue may then exceed
+	// max). Returns how many were dropped. ErrTerminal if the task is terminal
+	// (nothing is queued after the end, T-50), ErrNotFound if missing.
+	Enqueue(ctx context.Context, owner, id string, kind MessageKind, msg []byte, max int) (dropped int, err error)
+	// Drain removes and returns all queued messages of the task, FIFO, atomically
+	// (two concurrent Drains never return the same message), and removes the task
+	// from its session's queued set.
+	Drain(ctx context.Context, owner, id string) ([][]byte, error)
+	// Requeue puts msgs (undelivered, in order) back at the head of the queue.
+	Requeue(ctx context.Context, owner, id string, msgs [][]byte) error
+	// SetListening marks (ttl > 0) or unmarks (ttl <= 0) an open tasks/result
+	// stream for the task; the mark expires after ttl unless refreshed.
+	SetListening(ctx context.Context, owner, id string, ttl time.Duration) error
+	// QueuedTasks lists the session's tasks with queued messages.
+	QueuedTasks(ctx context.Context, owner, session string) ([]string, error)
+	// WatchSession subscribes to the session's channel; events carry a payload.
+	// Same contract as Watch (returns once subscribed; ctx bounds only the
+	// subscription; stop is idempotent; on pub/sub reconnect deliver a
+	// SessionEvent{Kind: 'r'} so the caller re-scans).
+	WatchSession(ctx context.Context, owner, session string) (<-chan SessionEvent, func(), error)
+	// AddPending records that upstream request reqID (raw JSON id text) of the
+	// session belongs to task id (expires with the task).
+	AddPending(ctx context.Context, owner, session, reqID, id string) error
+	// Answer, if reqID is pending for (owner, session): removes it, appends msg
+	// (the client's JSON-RPC response) to the task's inbox, signals the task's
+	// Watch channel, and returns the task id — one script. ErrNotFound if not pending.
+	Answer(ctx context.Context, owner, session, reqID string, msg []byte) (taskID string, err error)
+	// TakeAnswers removes and returns the task's inbox (FIFO).
+	TakeAnswers(ctx context.Context, owner, id string) ([][]byte, error)
+
 	// Ping checks that the store is reachable.
 	Ping(ctx context.Context) error
 }

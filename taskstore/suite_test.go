@@ -44,6 +44,14 @@ func runSuite(t *testing.T, newBackend func(testing.TB) *backend) {
 		{"ConcurrentCreates_E14", testConcurrentCreates},
 		{"NothingLeaks", testNothingLeaks},
 		{"SessionVersion_Q10", testSessionVersion},
+		{"StreamFIFO_E37", testStreamFIFO},
+		{"StreamConcurrentDrain_H11_E37", testStreamConcurrentDrain},
+		{"StreamBound_issue4", testStreamBound},
+		{"StreamTerminal_T50", testStreamTerminal},
+		{"StreamUnknown_T75", testStreamUnknown},
+		{"StreamRouting_H11", testStreamRouting},
+		{"PendingAnswer", testPendingAnswer},
+		{"StreamKeysExpire", testStreamKeysExpire},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, newBackend(t)) })
@@ -84,6 +92,7 @@ func testCreateGet(t *testing.T, b *backend) {
 	s := b.open(t, Config{})
 	in := newTask(ownerA)
 	in.StatusMessage = "queued"
+	in.Session = sessA
 	before := time.Now().Truncate(time.Millisecond)
 	mustCreate(t, s, in, CreateOptions{})
 	if !validID(in.ID) || len(in.ID) != 32 {

@@ -3,11 +3,13 @@ package taskstore
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -32,7 +34,9 @@ func TestNewID_T17_T20(t *testing.T) {
 func TestKeysShareOwnerSlot(t *testing.T) {
 	k := keys{prefix: "taskgate"}
 	owner, id := "abc123", "0123456789abcdef0123456789abcdef"
-	for _, key := range []string{k.task(owner, id), k.index(owner), k.live(owner), k.events(owner, id), k.taskPrefix(owner) + id} {
+	for _, key := range []string{k.task(owner, id), k.index(owner), k.live(owner), k.events(owner, id), k.taskPrefix(owner) + id,
+		k.queue(owner, id), k.inbox(owner, id), k.listening(owner, id), k.sessQueued(owner, "s1"), k.sessEvents(owner, "s1"),
+		k.pending(owner, "s1", `"{x}"`), k.queuePrefix(owner) + id, k.inboxPrefix(owner) + id, k.eventsPrefix(owner) + id} {
 		if tag := key[strings.IndexByte(key, '{') : strings.IndexByte(key, '}')+1]; tag != "{"+owner+"}" {
 			t.Errorf("key %q has hash tag %q, want {%s}", key, tag, owner)
 		}
@@ -188,5 +192,101 @@ func TestEmbeddedExpiresInRealTime(t *testing.T) {
 	closer() // idempotent
 	if err := s.Ping(ctx); err == nil {
 		t.Errorf("Ping after close = nil, want error")
+	}
+}
+
+func TestKeysDistinct(t *testing.T) {
+	k := keys{prefix: "taskgate"}
+	owner, id, sess := "o", "0123456789abcdef0123456789abcdef", "0123456789abcdef0123456789abcdef"
+	seen := map[string]string{}
+	for name, key := range map[string]string{
+		"task": k.task(owner, id), "index": k.index(owner), "live": k.live(owner), "events": k.events(owner, id),
+		"queue": k.queue(owner, id), "inbox": k.inbox(owner, id), "listening": k.listening(owner, id),
+		"sessQueued": k.sessQueued(owner, sess), "sessEvents": k.sessEvents(owner, sess),
+		"pending": k.pending(owner, sess, "1"), "pending2": k.pending(owner, sess, "2"), "pendingNoSess": k.pending(owner, "", "1"),
+		"session": k.session(sess), "leases": k.leases(),
+	} {
+		if other, ok := seen[key]; ok {
+			t.Errorf("keys %s and %s are both %q", name, other, key)
+		}
+		seen[key] = name
+	}
+	if p := k.pending(owner, sess, "\n{raw}\x00"); strings.ContainsAny(p[strings.LastIndexByte(p, ':')+1:], "{}\n\x00") {
+		t.Errorf("pending key %q embeds the raw request id", p)
+	}
+}
+
+func TestSessWatcherOverflow(t *testing.T) {
+	w := &sessWatcher{ch: make(chan SessionEvent, 4)}
+	ev := func(i int) SessionEvent { return SessionEvent{'q', fmt.Sprint("t", i)} }
+	for i := range 10 {
+		w.deliver(ev(i))
+	}
+	// Three events, then 'r' in the last slot; the rest dropped.
+	want := []SessionEvent{ev(0), ev(1), ev(2), {Kind: 'r'}}
+	var got []SessionEvent
+	for len(w.ch) > 1 {
+		got = append(got, <-w.ch)
+		w.deliver(ev(99)) // dropped while the 'r' is unread
+	}
+	got = append(got, <-w.ch)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	// Once the 'r' was read, events flow again.
+	w.deliver(ev(100))
+	if e := <-w.ch; e != ev(100) {
+		t.Errorf("after the re-scan: %+v, want %+v", e, ev(100))
+	}
+	// A reconnect 'r' also coalesces what follows until it is read.
+	w.deliver(SessionEvent{Kind: 'r'})
+	w.deliver(ev(101))
+	if n := len(w.ch); n != 1 {
+		t.Errorf("after 'r' and an event: %d queued, want 1", n)
+	}
+}
+
+func TestParseSessionEvent(t *testing.T) {
+	id := "0123456789abcdef0123456789abcdef"
+	tests := []struct {
+		in   string
+		want SessionEvent
+		ok   bool
+	}{
+		{"q:" + id, SessionEvent{'q', id}, true},
+		{"s:" + id, SessionEvent{'s', id}, true},
+		{"r:" + id, SessionEvent{}, false},
+		{"q:", SessionEvent{}, false},
+		{"q" + id, SessionEvent{}, false},
+		{"q:a}b", SessionEvent{}, false},
+		{"", SessionEvent{}, false},
+		{"u", SessionEvent{}, false},
+	}
+	for _, tt := range tests {
+		got, ok := parseSessionEvent(tt.in)
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("parseSessionEvent(%q) = %+v, %v; want %+v, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		msg  string
+		want MessageKind
+	}{
+		{`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}`, KindProgress},
+		{`{"jsonrpc":"2.0","method":"notifications/message","params":{}}`, KindNotification},
+		{`{"jsonrpc":"2.0","id":1,"method":"elicitation/create","params":{}}`, KindRequest},
+		{`{"jsonrpc":"2.0","id":"x","method":"notifications/progress"}`, KindRequest}, // has an id
+		{`{"jsonrpc":"2.0","id":null,"method":"roots/list"}`, KindRequest},
+		{`not json`, KindRequest},
+		{`{}`, KindRequest},
+		{``, KindRequest},
+	}
+	for _, tt := range tests {
+		if got := classify([]byte(tt.msg)); got != tt.want {
+			t.Errorf("classify(%q) = %c, want %c", tt.msg, got, tt.want)
+		}
 	}
 }

@@ -38,7 +38,7 @@ func (s *Redis) Watch(ctx context.Context, owner, id string) (<-chan struct{}, f
 		return nil, nil, ErrNotFound
 	}
 	ch := make(chan struct{}, 1)
-	ready, stop, err := s.hub.add(ctx, s.k.events(owner, id), ch)
+	ready, stop, err := s.hub.add(ctx, s.k.events(owner, id), ch, nil)
 	if err != nil {
 		return nil, nil, fmt.Errorf("taskstore: watch %s: %w", id, err)
 	}
@@ -49,6 +49,79 @@ func (s *Redis) Watch(ctx context.Context, owner, id string) (<-chan struct{}, f
 		stop()
 		return nil, nil, fmt.Errorf("taskstore: watch %s: %w: %w", id, ErrUnavailable, context.Cause(ctx))
 	}
+}
+
+// sessionBuffer is the capacity of a WatchSession channel.
+const sessionBuffer = 64
+
+// WatchSession implements Store. Scripts publish "q:<id>" (Enqueue,
+// Requeue, SetListening clearing with messages left) and "s:<id>" (every
+// status change) on the session's channel P:{owner}:sess:<session>; it
+// shares Watch's subscription and fan-out.
+//
+// Contract as Watch: it returns once Redis confirmed the subscription, ctx
+// bounds only the subscription (ErrUnavailable when it ends first), stop is
+// idempotent and must be called, the channel is never closed. Events are
+// never coalesced, but the fan-out never blocks either: when the channel
+// (capacity 64) is one event short of full, an 'r' event takes the last
+// slot and further events are dropped until the caller has read it; the
+// caller's re-scan after reading 'r' covers them. 'r' also follows a
+// pub/sub reconnect and Close. A re-scan is: QueuedTasks, then re-read the
+// status of the tasks the caller reports on.
+//
+// session must be a valid session key (validSession); "" and other
+// invalid values are an error.
+func (s *Redis) WatchSession(ctx context.Context, owner, session string) (<-chan SessionEvent, func(), error) {
+	if !validOwner(owner) || !validSession(session) {
+		return nil, nil, errors.New("taskstore: watch session: invalid owner or session key")
+	}
+	w := &sessWatcher{ch: make(chan SessionEvent, sessionBuffer)}
+	ready, stop, err := s.hub.add(ctx, s.k.sessEvents(owner, session), nil, w)
+	if err != nil {
+		return nil, nil, fmt.Errorf("taskstore: watch session: %w", err)
+	}
+	select {
+	case <-ready:
+		return w.ch, stop, nil
+	case <-ctx.Done():
+		stop()
+		return nil, nil, fmt.Errorf("taskstore: watch session: %w: %w", ErrUnavailable, context.Cause(ctx))
+	}
+}
+
+// sessWatcher is one WatchSession caller. Its fields are guarded by the
+// hub's mu; only the fan-out (and close) send on ch.
+type sessWatcher struct {
+	ch chan SessionEvent
+	// rescan: an 'r' is the last event in ch; events are dropped until ch
+	// is empty (the 'r' was read, so the caller's re-scan covers them).
+	rescan bool
+}
+
+// deliver sends ev without blocking. Since only deliver sends on ch, a
+// watcher that is not in rescan state always has a free slot for an 'r'.
+func (w *sessWatcher) deliver(ev SessionEvent) {
+	if w.rescan {
+		if len(w.ch) > 0 {
+			return
+		}
+		w.rescan = false
+	}
+	if ev.Kind == 'r' || len(w.ch) >= cap(w.ch)-1 {
+		ev, w.rescan = SessionEvent{Kind: 'r'}, true
+	}
+	select {
+	case w.ch <- ev:
+	default:
+	}
+}
+
+// parseSessionEvent reads a session channel payload "<kind>:<task id>".
+func parseSessionEvent(p string) (SessionEvent, bool) {
+	if len(p) < 3 || p[1] != ':' || (p[0] != 'q' && p[0] != 's') || !validID(p[2:]) {
+		return SessionEvent{}, false
+	}
+	return SessionEvent{Kind: p[0], TaskID: p[2:]}, true
 }
 
 // hub is a Redis value's pub/sub fan-out: one *redis.PubSub, created on
@@ -64,16 +137,20 @@ type hub struct {
 	pending map[string]int // SUBSCRIBE commands sent but not yet confirmed
 }
 
-// topic is one subscribed channel and its local watchers.
+// topic is one subscribed channel and its local watchers: Watch's signal
+// channels and WatchSession's event watchers (a channel name has only one
+// kind, but the hub does not care).
 type topic struct {
 	watchers map[chan struct{}]struct{}
+	sess     map[*sessWatcher]struct{}
 	ready    chan struct{} // closed once Redis confirmed the subscription
 	isReady  bool
 }
 
-// add registers ch for channel name, subscribing when it is the first
-// watcher. ready is closed once the subscription is confirmed.
-func (h *hub) add(ctx context.Context, name string, ch chan struct{}) (ready <-chan struct{}, stop func(), err error) {
+// add registers ch or sw (one of them non-nil) for channel name,
+// subscribing when it is the first watcher. ready is closed once the
+// subscription is confirmed.
+func (h *hub) add(ctx context.Context, name string, ch chan struct{}, sw *sessWatcher) (ready <-chan struct{}, stop func(), err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -84,7 +161,7 @@ func (h *hub) add(ctx context.Context, name string, ch chan struct{}) (ready <-c
 	}
 	t := h.subs[name]
 	if t == nil {
-		t = &topic{watchers: map[chan struct{}]struct{}{}, ready: make(chan struct{})}
+		t = &topic{watchers: map[chan struct{}]struct{}{}, sess: map[*sessWatcher]struct{}{}, ready: make(chan struct{})}
 		h.subs[name] = t
 		h.pending[name]++
 		// Sent under h.mu so SUBSCRIBE/UNSUBSCRIBE of one channel reach
@@ -93,12 +170,17 @@ func (h *hub) add(ctx context.Context, name string, ch chan struct{}) (ready <-c
 		// the confirmation then makes t ready (or ctx ends first).
 		_ = h.ps.Subscribe(ctx, name)
 	}
-	t.watchers[ch] = struct{}{}
+	if ch != nil {
+		t.watchers[ch] = struct{}{}
+	}
+	if sw != nil {
+		t.sess[sw] = struct{}{}
+	}
 	var once sync.Once
-	return t.ready, func() { once.Do(func() { h.remove(name, ch) }) }, nil
+	return t.ready, func() { once.Do(func() { h.remove(name, ch, sw) }) }, nil
 }
 
-func (h *hub) remove(name string, ch chan struct{}) {
+func (h *hub) remove(name string, ch chan struct{}, sw *sessWatcher) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t := h.subs[name]
@@ -106,7 +188,8 @@ func (h *hub) remove(name string, ch chan struct{}) {
 		return
 	}
 	delete(t.watchers, ch)
-	if len(t.watchers) > 0 {
+	delete(t.sess, sw)
+	if len(t.watchers) > 0 || len(t.sess) > 0 {
 		return
 	}
 	delete(h.subs, name)
@@ -134,7 +217,7 @@ func (h *hub) start() {
 		for m := range msgs {
 			switch m := m.(type) {
 			case *redis.Message:
-				h.signal(m.Channel)
+				h.signal(m.Channel, m.Payload)
 			case *redis.Subscription:
 				if m.Kind == "subscribe" {
 					h.confirmed(m.Channel)
@@ -144,11 +227,29 @@ func (h *hub) start() {
 	}()
 }
 
-func (h *hub) signal(name string) {
+// signal fans a message out: Watch channels get an empty signal (the
+// payload is ignored), session watchers the parsed event (unparsable
+// payloads are dropped).
+func (h *hub) signal(name, payload string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if t := h.subs[name]; t != nil {
-		t.notify()
+	t := h.subs[name]
+	if t == nil {
+		return
+	}
+	for ch := range t.watchers {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	}
+	if len(t.sess) == 0 {
+		return
+	}
+	if ev, ok := parseSessionEvent(payload); ok {
+		for w := range t.sess {
+			w.deliver(ev)
+		}
 	}
 }
 
@@ -177,12 +278,17 @@ func (h *hub) confirmed(name string) {
 	t.notify()
 }
 
+// notify wakes every watcher after a reconnect or at Close: a signal for
+// Watch, an 'r' for WatchSession.
 func (t *topic) notify() {
 	for ch := range t.watchers {
 		select {
 		case ch <- struct{}{}:
 		default:
 		}
+	}
+	for w := range t.sess {
+		w.deliver(SessionEvent{Kind: 'r'})
 	}
 }
 
