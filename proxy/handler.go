@@ -73,6 +73,12 @@ type Config struct {
 	// StoreTimeout bounds each task-store operation done for a request.
 	// Default 3s.
 	StoreTimeout time.Duration
+	// TaskRate limits task operations (task calls and tasks/*) per owner
+	// and process, in operations per second; lookups of unknown tasks count
+	// as 5 (T-77, E-42). Default 100; < 0 disables.
+	TaskRate float64
+	// TaskBurst is the bucket size of TaskRate. Default 500.
+	TaskBurst int
 	// QueueMax bounds a task's queue of undelivered messages; over it the
 	// oldest progress, then log notifications are dropped, never requests.
 	// Default 256.
@@ -98,6 +104,12 @@ func (c *Config) setDefaults() {
 	def(&c.KeepAlive, 15*time.Second)
 	def(&c.Lease, 15*time.Second)
 	def(&c.StoreTimeout, 3*time.Second)
+	if c.TaskRate == 0 {
+		c.TaskRate = 100
+	}
+	if c.TaskBurst <= 0 {
+		c.TaskBurst = 500
+	}
 	if c.QueueMax <= 0 {
 		c.QueueMax = 256
 	}
@@ -144,6 +156,10 @@ type Handler struct {
 
 	versions versionCache
 	tools    toolLimiter
+	limiter  *rateLimiter
+	// storeDownUntil (unix ns) skips session-version lookups for a moment
+	// after one failed, so pass-through does not wait on a dead store.
+	storeDownUntil atomic.Int64
 
 	root   context.Context
 	cancel context.CancelFunc
@@ -207,6 +223,7 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 		}
 	}
 	h.versions.init(8192)
+	h.limiter = newRateLimiter(cfg.TaskRate, cfg.TaskBurst, 65536)
 	h.root, h.cancel = context.WithCancel(context.Background())
 	h.hc = &fasthttp.HostClient{
 		Addr:                          h.upAddr,
@@ -545,26 +562,16 @@ func (h *Handler) PingUpstream(ctx context.Context) error {
 }
 
 // upstreamIDPrefix starts the JSON-RPC ids of taskgate's own upstream
-// requests. Clients may not use it (P-07, E-45).
+// requests, followed by 128 random bits (P-07, E-45).
 const upstreamIDPrefix = "taskgate-"
 
-// reservedID refuses client requests whose id uses taskgate's upstream id
-// prefix, and swallows notifications/cancelled aimed at such ids (tasks
-// are cancelled with tasks/cancel only, T-61). It reports whether it
-// answered.
+// reservedID swallows a client's notifications/cancelled aimed at an id in
+// taskgate's upstream namespace: tasks are cancelled with tasks/cancel only
+// (T-61). Upstream ids are random, so a client cannot name one anyway;
+// this is defence in depth. Client requests with such ids pass: they cannot
+// collide with a random id. It reports whether it answered.
 func (h *Handler) reservedID(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) bool {
-	if env.method == "" {
-		return false
-	}
-	if env.id != nil {
-		if id, ok := unquoteValue(env.id); ok && strings.HasPrefix(id, upstreamIDPrefix) {
-			h.rpcError(rc, info, env.id, newRPCError(codeInvalidRequest,
-				"taskgate: request ids starting with "+upstreamIDPrefix+" are reserved"))
-			return true
-		}
-		return false
-	}
-	if env.method != notificationCancelled || env.params == nil {
+	if env.method != notificationCancelled || env.id != nil || env.params == nil {
 		return false
 	}
 	vals, err := members(env.params, "requestId")

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"sync"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -71,16 +72,23 @@ func (h *Handler) upstreamVersion(sid []byte) string {
 	if v, ok := h.versions.get(sid); ok {
 		return v
 	}
+	if time.Now().UnixNano() < h.storeDownUntil.Load() {
+		return "" // the store just failed: do not make every request wait on it
+	}
 	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
 	defer cancel()
 	v, err := h.store.SessionVersion(ctx, string(sid))
 	if err != nil {
-		h.log.Warn().Err(err).Msg("reading the session's upstream protocol version failed")
+		h.storeDownUntil.Store(time.Now().Add(storeRetryAfter).UnixNano())
+		h.log.Warn().Err(err).Msg("reading the session's upstream protocol version failed; not bridging for now")
 		return ""
 	}
 	h.versions.put(string(sid), v)
 	return v
 }
+
+// storeRetryAfter is how long version lookups are skipped after a failure.
+const storeRetryAfter = 2 * time.Second
 
 // rememberVersion records a bridged session's upstream version in memory
 // and in the store (for the other replicas).

@@ -119,7 +119,7 @@ func (h *Handler) run(j *job) {
 func (h *Handler) superviseRun(ctx context.Context, cancel context.CancelCauseFunc, j *job) {
 	t := j.t
 	wctx, wcancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-	ch, stop, err := h.store.Watch(wctx, t.Owner, t.ID)
+	ch, stop, err := h.store.WatchKinds(wctx, t.Owner, t.ID, taskstore.EventTerminal+taskstore.EventAnswer)
 	wcancel()
 	if err != nil {
 		ch = nil // rely on lease renewals
@@ -170,17 +170,27 @@ func (h *Handler) superviseRun(ctx context.Context, cancel context.CancelCauseFu
 	}
 }
 
-// finish records the outcome, retrying briefly while the store is down.
+// finish records the outcome. While the store is unreachable (a Redis
+// restart) it retries with backoff until the task would have expired or
+// finishRetryFor passed, so an outcome survives a short outage.
 func (h *Handler) finish(j *job, res callResult) {
 	var err error
-	for attempt := 0; attempt < 5; attempt++ {
+	deadline := time.Now().Add(finishRetryFor)
+	if exp := j.t.ExpiresAt(); exp.Before(deadline) {
+		deadline = exp
+	}
+	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 2*time.Second) {
 		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.StoreTimeout)
 		_, err = h.store.Finish(ctx, j.t.Owner, j.t.ID, res.status, res.msg, res.out)
 		cancel()
-		if !errors.Is(err, taskstore.ErrUnavailable) {
+		if h.root.Err() != nil && deadline.After(time.Now().Add(h.cfg.StoreTimeout)) {
+			deadline = time.Now().Add(h.cfg.StoreTimeout) // shutting down: do not hold it up
+		}
+		if !errors.Is(err, taskstore.ErrUnavailable) || time.Now().Add(backoff).After(deadline) {
 			break
 		}
-		time.Sleep(time.Duration(attempt+1) * 200 * time.Millisecond) // backoff between store retries
+		j.log.Warn().Err(err).Dur("retry_in", backoff).Msg("task store unavailable; retrying to record the outcome")
+		time.Sleep(backoff) // backoff between store retries, not synchronisation
 	}
 	switch {
 	case err == nil:
@@ -363,6 +373,9 @@ func (h *Handler) readSSEAnswer(ctx context.Context, j *job, body io.Reader) cal
 		body = next
 	}
 }
+
+// finishRetryFor bounds how long a runner keeps trying to record an outcome.
+const finishRetryFor = 2 * time.Minute
 
 // maxResumes bounds reconnects of one call's upstream stream.
 const maxResumes = 10

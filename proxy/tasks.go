@@ -81,6 +81,7 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, msgShuttingDown))
 		return
 	}
+	ownerOf, _ := h.owner(&rc.Request.Header)
 	tv, err := members(task, "ttl")
 	if err != nil {
 		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid params.task: "+err.Error()))
@@ -89,6 +90,9 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 	params, err := deleteMember(env.params, "task")
 	if err != nil {
 		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid tools/call params: "+err.Error()))
+		return
+	}
+	if !h.allowTaskOp(rc, info, env.id, ownerOf) {
 		return
 	}
 	if !h.tools.acquire(tool, st.MaxConcurrent) {
@@ -111,7 +115,7 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, "taskgate: generating a task id failed"))
 		return
 	}
-	owner, _ := h.owner(&rc.Request.Header)
+	owner := ownerOf
 	sess := h.sessionKey(rc.Request.Header.Peek(headerSessionID))
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	t := &taskstore.Task{
@@ -176,6 +180,9 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 // from the store; they never reach the upstream (P-03).
 func (h *Handler) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) {
 	owner, identified := h.owner(&rc.Request.Header)
+	if !h.allowTaskOp(rc, info, env.id, owner) {
+		return
+	}
 	if env.method == methodTasksList {
 		h.tasksList(rc, info, env, owner, identified)
 		return
@@ -282,11 +289,30 @@ func (h *Handler) tasksList(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 	h.rpcResult(rc, env.id, res)
 }
 
+// allowTaskOp applies the per-owner rate limit (T-77); over it the caller
+// gets -32603 naming the limit and a Retry-After header.
+func (h *Handler) allowTaskOp(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, owner string) bool {
+	ok, wait := h.limiter.allow(owner, 1)
+	if ok {
+		return true
+	}
+	h.m.tasks.WithLabelValues("rate_limited").Inc()
+	secs := int(wait/time.Second) + 1
+	h.rpcError(rc, info, id, newRPCError(codeInternalError, fmt.Sprintf(
+		"taskgate: too many task operations (limit %g/s per caller); retry in %ds", h.cfg.TaskRate, secs)))
+	rc.Response.Header.Set(fasthttp.HeaderRetryAfter, strconv.Itoa(secs))
+	info.outcome = "rate_limited"
+	return false
+}
+
 // storeError maps a store error to the client's JSON-RPC error (T-67, T-70).
 func (h *Handler) storeError(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, err error) {
 	switch {
 	case errors.Is(err, taskstore.ErrNotFound):
 		h.m.tasks.WithLabelValues("lookup_miss").Inc()
+		if owner, _ := h.owner(&rc.Request.Header); owner != "" {
+			h.limiter.charge(owner, missCost-1) // E-42: misses cost more
+		}
 		h.rpcError(rc, info, id, newRPCError(codeInvalidParams, msgTaskNotFound))
 	case errors.Is(err, taskstore.ErrTerminal):
 		h.rpcError(rc, info, id, newRPCError(codeInvalidParams, "taskgate: task already finished"))

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
@@ -61,6 +62,9 @@ func newTaskEnv(t *testing.T, policyYAML string, cfg Config) *taskEnv {
 	}
 	up := newFakeUpstream(t)
 	cfg.Upstream = up.url()
+	if cfg.TaskRate == 0 {
+		cfg.TaskRate = -1 // tests poll fast; TestRateLimit covers the limit
+	}
 	if cfg.KeepAlive == 0 {
 		cfg.KeepAlive = time.Second
 	}
@@ -317,25 +321,25 @@ func TestTaskCompletesAndResultIsRepeatable(t *testing.T) {
 func TestTaskResultBlocksUntilTerminal(t *testing.T) {
 	e := newTaskEnv(t, "", Config{KeepAlive: 20 * time.Millisecond})
 	task := e.createTask(alice, "block", `{}`, `{}`)
-	var wg sync.WaitGroup
-	results := make([]rpcReply, 2)
-	for i, accept := range []string{"application/json", "application/json, text/event-stream"} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			results[i] = e.send(alice, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tasks/result","params":{"taskId":%q}}`, i, task.TaskID), accept)
-		}()
+	jsonWaiter := make(chan rpcReply, 1)
+	go func() {
+		jsonWaiter <- e.send(alice, fmt.Sprintf(`{"jsonrpc":"2.0","id":0,"method":"tasks/result","params":{"taskId":%q}}`, task.TaskID), "application/json")
+	}()
+	sse := e.openStream(alice, fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tasks/result","params":{"taskId":%q}}`, task.TaskID))
+	if ev, err := sse.r.next(); err != nil || !strings.HasPrefix(string(ev.id), "tg1."+task.TaskID) || len(ev.data) != 0 {
+		t.Fatalf("SSE waiter: first event %+v, %v; want the priming event", ev, err)
 	}
-	pollUntil(t, 5*time.Second, func() bool { return e.up.toolCalls() == 1 }, "the upstream call")
+	// The JSON waiter is blocked inside the handler.
+	pollUntil(t, 5*time.Second, func() bool { return testutil.ToFloat64(e.h.m.inflight) == 1 }, "the JSON waiter to block")
 	e.up.releaseAll()
-	wg.Wait()
-	for i, r := range results {
-		if r.Error != nil || !strings.Contains(string(r.Result), `"text":"released"`) || !strings.Contains(string(r.Result), task.TaskID) {
+	for i, r := range []rpcReply{<-jsonWaiter, {}} {
+		if i == 1 {
+			m := sse.next(nil)
+			r = rpcReply{ID: m.ID, Result: m.Result, raw: m.raw}
+		}
+		if r.Error != nil || !strings.Contains(string(r.Result), `"text":"released"`) || !strings.Contains(string(r.Result), task.TaskID) || string(r.ID) != fmt.Sprint(i) {
 			t.Errorf("waiter %d got %s", i, r.raw)
 		}
-	}
-	if !results[1].sse || !strings.HasPrefix(results[1].raw, "id: tg1.") {
-		t.Errorf("SSE waiter: want a priming event with an id first, got %q", results[1].raw)
 	}
 }
 
@@ -869,16 +873,18 @@ func TestResumeResultStream(t *testing.T) {
 	}
 }
 
-// E-45, P-07, T-61: taskgate's upstream id prefix is reserved: client
-// requests using it are refused, and notifications/cancelled aimed at it
-// never reach the upstream.
+// E-45, P-07, T-61: a client request with an id in taskgate's upstream
+// namespace is still served, and notifications/cancelled aimed at that
+// namespace never reach the upstream.
 func TestReservedUpstreamIDs(t *testing.T) {
 	e := newTaskEnv(t, "", Config{})
 	task := e.createTask(alice, "block", `{}`, `{}`)
 	pollUntil(t, 5*time.Second, func() bool { return e.up.toolCalls() == 1 }, "the upstream call")
 	upID := e.up.callID("block")
-	r := e.send(alice, `{"jsonrpc":"2.0","id":`+upID+`,"method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`, "")
-	wantRPCError(t, r, codeInvalidRequest, "reserved")
+	r := e.send(alice, `{"jsonrpc":"2.0","id":"taskgate-`+task.TaskID+`","method":"tools/call","params":{"name":"echo","arguments":{"text":"x"}}}`, "")
+	if r.Error != nil || !strings.Contains(string(r.Result), `"text":"x"`) {
+		t.Errorf("client call with a taskgate-looking id = %s, want the echo", r.raw)
+	}
 	r = e.send(alice, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`+upID+`}}`, "")
 	if r.httpStatus != fasthttp.StatusAccepted {
 		t.Errorf("notifications/cancelled for a taskgate id: HTTP %d, want 202", r.httpStatus)
@@ -888,4 +894,25 @@ func TestReservedUpstreamIDs(t *testing.T) {
 	}
 	e.up.releaseAll()
 	e.waitStatus(alice, task.TaskID, "completed")
+}
+
+// T-77, E-42: task operations are rate limited per owner; lookups of
+// unknown tasks cost more; other owners are not affected.
+func TestRateLimit(t *testing.T) {
+	e := newTaskEnv(t, "", Config{TaskRate: 1, TaskBurst: 10})
+	task := e.createTask(alice, "echo", `{"text":"x"}`, `{}`) // 1 token
+	for i := 0; i < 9; i++ {
+		if _, r := e.get(alice, task.TaskID); r.Error != nil {
+			t.Fatalf("get %d within the burst: %s", i, r.raw)
+		}
+	}
+	_, r := e.get(alice, task.TaskID)
+	wantRPCError(t, r, codeInternalError, "too many task operations")
+	bob := identity{"Authorization": "Bearer bob"}
+	_, r = e.get(bob, "0123456789abcdef0123456789abcdef") // a miss: costs 5
+	wantRPCError(t, r, codeInvalidParams, "not found")
+	for i := 0; i < 5; i++ {
+		_, r = e.get(bob, task.TaskID)
+	}
+	wantRPCError(t, r, codeInternalError, "too many task operations") // 5 + 5 > 10
 }

@@ -71,6 +71,14 @@ type Task struct {
 // ExpiresAt is CreatedAt + TTL: after it the task and its outcome are gone (T-30).
 func (t *Task) ExpiresAt() time.Time { return t.CreatedAt.Add(t.TTL) }
 
+// Kinds of task events (the payload of a task's channel), for WatchKinds.
+const (
+	EventUpdate   = "u" // status or message changed (Update)
+	EventTerminal = "t" // finished, cancelled or failed by recovery
+	EventMessage  = "m" // a message was queued for the client (Enqueue, Requeue)
+	EventAnswer   = "a" // a client answer reached the task's inbox
+)
+
 // Errors returned by Store implementations. Callers use errors.Is.
 var (
 	// ErrNotFound: no such task for this owner (unknown, expired or foreign id).
@@ -147,6 +155,9 @@ type Store interface {
 	// arrives for it (any replica). The store stays the source of truth: callers
 	// re-read after each signal. stop releases the subscription.
 	Watch(ctx context.Context, owner, id string) (ch <-chan struct{}, stop func(), err error)
+	// WatchKinds is Watch for the event kinds listed in kinds only (see
+	// the Event constants; "" = all). Reconnects always signal.
+	WatchKinds(ctx context.Context, owner, id, kinds string) (ch <-chan struct{}, stop func(), err error)
 	// Renew extends the runner's lease to now+lease and returns the task's
 	// current status (so a runner learns of a cancel even without Watch).
 	Renew(ctx context.Context, owner, id string, lease time.Duration) (Status, error)

@@ -37,6 +37,7 @@ func runSuite(t *testing.T, newBackend func(testing.TB) *backend) {
 		{"ListLimitClamp_Q16", testListLimitClamp},
 		{"OwnerLimit_T78_E46_Q23", testOwnerLimit},
 		{"WatchAcrossReplicas", testWatch},
+		{"WatchKinds", testWatchKinds},
 		{"Recover", testRecover},
 		{"RecoverConcurrent", testRecoverConcurrent},
 		{"RenewSeesCancel", testRenewSeesCancel},
@@ -958,4 +959,56 @@ func testSessionVersion(t *testing.T, b *backend) {
 			t.Errorf("SessionVersion after TTL = %q, %v; want \"\"", v, err)
 		}
 	}
+}
+
+// testWatchKinds: a runner watching only terminal events and answers is
+// not woken by its own updates or queued messages, but is by a cancel from
+// another replica and by an answer.
+func testWatchKinds(t *testing.T, b *backend) {
+	runner := b.open(t, Config{})
+	other := b.open(t, Config{})
+	ctx := testCtx(t)
+	task := newTask(ownerA)
+	task.Session = "sess1"
+	task = mustCreate(t, runner, task, CreateOptions{})
+	ch, stop, err := runner.WatchKinds(ctx, ownerA, task.ID, EventTerminal+EventAnswer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stop()
+	all, stopAll, err := runner.Watch(ctx, ownerA, task.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopAll()
+	if _, err := runner.Update(ctx, ownerA, task.ID, "", "progress 1 of 3"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := runner.Enqueue(ctx, ownerA, task.ID, KindProgress, []byte(`{"jsonrpc":"2.0","method":"notifications/progress"}`), 10); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, all, "Update/Enqueue on the unfiltered watcher")
+	// Once the unfiltered watcher saw both, the filtered one must have
+	// had its chance: the fan-out delivers in publish order.
+	drain(all)
+	if _, err := runner.Enqueue(ctx, ownerA, task.ID, KindProgress, []byte(`{"jsonrpc":"2.0","method":"notifications/progress"}`), 10); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, all, "second Enqueue")
+	select {
+	case <-ch:
+		t.Fatal("the filtered watcher was woken by an update or a queued message")
+	default:
+	}
+	if err := runner.AddPending(ctx, ownerA, "sess1", `"q1"`, task.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Answer(ctx, ownerA, "sess1", `"q1"`, []byte(`{"jsonrpc":"2.0","id":"q1","result":{}}`)); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, ch, "Answer")
+	if _, err := other.Cancel(ctx, ownerA, task.ID, "stop"); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, ch, "Cancel from another replica")
 }

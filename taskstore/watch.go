@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -34,11 +35,17 @@ const unsubscribeTimeout = 5 * time.Second
 // and is harmless. ctx bounds only the subscription; when it ends first,
 // Watch fails with ErrUnavailable.
 func (s *Redis) Watch(ctx context.Context, owner, id string) (<-chan struct{}, func(), error) {
+	return s.WatchKinds(ctx, owner, id, "")
+}
+
+// WatchKinds implements Store: Watch, signalled only for task events whose
+// kind is in kinds ("" = all; reconnects and Close always signal).
+func (s *Redis) WatchKinds(ctx context.Context, owner, id, kinds string) (<-chan struct{}, func(), error) {
 	if !validOwner(owner) || !validID(id) {
 		return nil, nil, ErrNotFound
 	}
 	ch := make(chan struct{}, 1)
-	ready, stop, err := s.hub.add(ctx, s.k.events(owner, id), ch, nil)
+	ready, stop, err := s.hub.add(ctx, s.k.events(owner, id), ch, nil, kinds)
 	if err != nil {
 		return nil, nil, fmt.Errorf("taskstore: watch %s: %w", id, err)
 	}
@@ -76,7 +83,7 @@ func (s *Redis) WatchSession(ctx context.Context, owner, session string) (<-chan
 		return nil, nil, errors.New("taskstore: watch session: invalid owner or session key")
 	}
 	w := &sessWatcher{ch: make(chan SessionEvent, sessionBuffer)}
-	ready, stop, err := s.hub.add(ctx, s.k.sessEvents(owner, session), nil, w)
+	ready, stop, err := s.hub.add(ctx, s.k.sessEvents(owner, session), nil, w, "")
 	if err != nil {
 		return nil, nil, fmt.Errorf("taskstore: watch session: %w", err)
 	}
@@ -141,7 +148,7 @@ type hub struct {
 // channels and WatchSession's event watchers (a channel name has only one
 // kind, but the hub does not care).
 type topic struct {
-	watchers map[chan struct{}]struct{}
+	watchers map[chan struct{}]string // watcher -> event kinds it wants ("" = all)
 	sess     map[*sessWatcher]struct{}
 	ready    chan struct{} // closed once Redis confirmed the subscription
 	isReady  bool
@@ -150,7 +157,7 @@ type topic struct {
 // add registers ch or sw (one of them non-nil) for channel name,
 // subscribing when it is the first watcher. ready is closed once the
 // subscription is confirmed.
-func (h *hub) add(ctx context.Context, name string, ch chan struct{}, sw *sessWatcher) (ready <-chan struct{}, stop func(), err error) {
+func (h *hub) add(ctx context.Context, name string, ch chan struct{}, sw *sessWatcher, kinds string) (ready <-chan struct{}, stop func(), err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -161,7 +168,7 @@ func (h *hub) add(ctx context.Context, name string, ch chan struct{}, sw *sessWa
 	}
 	t := h.subs[name]
 	if t == nil {
-		t = &topic{watchers: map[chan struct{}]struct{}{}, sess: map[*sessWatcher]struct{}{}, ready: make(chan struct{})}
+		t = &topic{watchers: map[chan struct{}]string{}, sess: map[*sessWatcher]struct{}{}, ready: make(chan struct{})}
 		h.subs[name] = t
 		h.pending[name]++
 		// Sent under h.mu so SUBSCRIBE/UNSUBSCRIBE of one channel reach
@@ -171,7 +178,7 @@ func (h *hub) add(ctx context.Context, name string, ch chan struct{}, sw *sessWa
 		_ = h.ps.Subscribe(ctx, name)
 	}
 	if ch != nil {
-		t.watchers[ch] = struct{}{}
+		t.watchers[ch] = kinds
 	}
 	if sw != nil {
 		t.sess[sw] = struct{}{}
@@ -237,7 +244,10 @@ func (h *hub) signal(name, payload string) {
 	if t == nil {
 		return
 	}
-	for ch := range t.watchers {
+	for ch, kinds := range t.watchers {
+		if kinds != "" && (payload == "" || !strings.ContainsRune(kinds, rune(payload[0]))) {
+			continue
+		}
 		select {
 		case ch <- struct{}{}:
 		default:

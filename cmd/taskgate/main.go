@@ -51,7 +51,8 @@ type options struct {
 	ownerKey, allowedOrigins                            string
 	rewriteHost                                         bool
 	maxBodySize, maxResultSize                          int
-	maxTasksPerOwner, listPageSize, queueMax            int
+	maxTasksPerOwner, listPageSize, queueMax, taskBurst int
+	taskRate                                            float64
 	streamIdle, streamLifetime, upstreamIdleConn        time.Duration
 	keepAlive, lease, shutdownGrace, storeTimeout       time.Duration
 }
@@ -85,6 +86,8 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.IntVar(&o.maxResultSize, "max-result-size", 32<<20, "maximum upstream result of a task in bytes (the task fails above)")
 	fs.IntVar(&o.maxTasksPerOwner, "max-tasks-per-owner", 100, "maximum unfinished tasks per owner; -1 = unlimited")
 	fs.IntVar(&o.listPageSize, "list-page-size", 50, "tasks/list page size")
+	fs.Float64Var(&o.taskRate, "task-rate", 100, "task operations (task calls and tasks/*) per second per owner and process; unknown-task lookups count 5; -1 disables")
+	fs.IntVar(&o.taskBurst, "task-burst", 500, "burst size of --task-rate")
 	fs.IntVar(&o.queueMax, "queue-max", 256, "undelivered messages kept per task (progress/log dropped oldest-first above; requests never)")
 	fs.DurationVar(&o.streamIdle, "stream-idle-timeout", 10*time.Minute, "cut an upstream answer that sends nothing for this long")
 	fs.DurationVar(&o.streamLifetime, "stream-max-lifetime", time.Hour, "maximum lifetime of one proxied SSE stream")
@@ -153,6 +156,10 @@ func (o *options) validate() error {
 		return errors.New("--max-body-size: must be positive")
 	case o.maxResultSize <= 0:
 		return errors.New("--max-result-size: must be positive")
+	case o.taskRate == 0 || o.taskRate < -1:
+		return errors.New("--task-rate: must be positive, or -1 to disable")
+	case o.taskBurst <= 0:
+		return errors.New("--task-burst: must be positive")
 	case o.queueMax <= 0:
 		return errors.New("--queue-max: must be positive")
 	case o.listPageSize <= 0 || o.listPageSize > 1000:
@@ -233,6 +240,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		AllowedOrigins:    splitList(o.allowedOrigins),
 		StoreTimeout:      o.storeTimeout,
 		QueueMax:          o.queueMax,
+		TaskRate:          o.taskRate,
+		TaskBurst:         o.taskBurst,
 	}, pol, store, log, proxy.NewMetrics(reg))
 	if err != nil {
 		fmt.Fprintf(stderr, "taskgate: %v\n", err)
