@@ -330,6 +330,15 @@ func editObject(obj []byte, key string, val []byte, del bool) ([]byte, error) {
 	}
 	out := make([]byte, 0, len(obj)+len(key)+len(val)+4)
 	out = append(out, '{')
+	emit := func(k, v []byte) {
+		if len(out) > 1 {
+			out = append(out, ',')
+		}
+		out = append(out, '"')
+		out = append(out, k...)
+		out = append(out, '"', ':')
+		out = append(out, v...)
+	}
 	replaced := false
 	err := s.object(func(k []byte, escaped bool, v []byte) error {
 		name, ok := unquoteBytes(k, escaped)
@@ -343,26 +352,14 @@ func editObject(obj []byte, key string, val []byte, del bool) ([]byte, error) {
 			replaced = true
 			v = val
 		}
-		if len(out) > 1 {
-			out = append(out, ',')
-		}
-		out = append(out, '"')
-		out = append(out, k...)
-		out = append(out, '"', ':')
-		out = append(out, v...)
+		emit(k, v)
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
 	if !replaced && !del {
-		if len(out) > 1 {
-			out = append(out, ',')
-		}
-		out = append(out, '"')
-		out = append(out, key...)
-		out = append(out, '"', ':')
-		out = append(out, val...)
+		emit([]byte(key), val)
 	}
 	return append(out, '}'), nil
 }
