@@ -156,6 +156,7 @@ type Handler struct {
 
 	versions versionCache
 	tools    toolLimiter
+	bgPool   connPool // connections for background calls
 	limiter  *rateLimiter
 	// storeDownUntil (unix ns) skips session-version lookups for a moment
 	// after one failed, so pass-through does not wait on a dead store.
@@ -223,6 +224,7 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 		}
 	}
 	h.versions.init(8192)
+	h.bgPool = connPool{max: 256, maxIdle: cfg.UpstreamIdleConn}
 	h.limiter = newRateLimiter(cfg.TaskRate, cfg.TaskBurst, 65536)
 	h.root, h.cancel = context.WithCancel(context.Background())
 	h.hc = &fasthttp.HostClient{
@@ -263,6 +265,7 @@ func (h *Handler) Close(ctx context.Context) error {
 	h.cancel()
 	h.bg.Wait()
 	h.hc.CloseIdleConnections()
+	h.bgPool.close()
 	return nil
 }
 

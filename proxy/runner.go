@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -207,8 +208,7 @@ func (h *Handler) finish(j *job, res callResult) {
 	}
 }
 
-// dialUpstream opens a dedicated connection for one background call; it is
-// closed when ctx ends, which aborts the upstream HTTP request.
+// dialUpstream opens a connection for background calls.
 func (h *Handler) dialUpstream(ctx context.Context) (net.Conn, error) {
 	c, err := h.dialer.DialContext(ctx, "tcp", h.upAddr)
 	if err != nil {
@@ -226,57 +226,150 @@ func (h *Handler) dialUpstream(ctx context.Context) (net.Conn, error) {
 	return c, nil
 }
 
-// exchange sends req on a fresh connection and returns the response with
-// its body as a stream. The connection closes when ctx ends or the caller
-// calls done (which also releases resp).
-func (h *Handler) exchange(ctx context.Context, req *fasthttp.Request) (resp *fasthttp.Response, done func(), err error) {
-	resp, done, _, err = h.exchangeConn(ctx, req)
-	return resp, done, err
+// upstreamCall is one request and its streamed response on a connection
+// of the background pool. The connection closes when ctx ends (aborting
+// the upstream request: tasks/cancel, timeouts, shutdown); after a
+// response read to its end it goes back to the pool.
+type upstreamCall struct {
+	h     *Handler
+	c     *bgConn
+	resp  *fasthttp.Response
+	stop  func() bool
+	reuse bool // the body was read to its end: the connection is clean
 }
 
-// exchangeConn is exchange that also returns abort, which closes the
-// connection at once (unblocking a reader of the body) without releasing
-// resp.
-func (h *Handler) exchangeConn(ctx context.Context, req *fasthttp.Request) (resp *fasthttp.Response, done, abort func(), err error) {
-	conn, err := h.dialUpstream(ctx)
-	if err != nil {
-		return nil, nil, nil, err
+// abort closes the connection at once, unblocking a reader of the body.
+func (x *upstreamCall) abort() { _ = x.c.Close() }
+
+// done releases the response and pools or closes the connection.
+func (x *upstreamCall) done() {
+	ctxAlive := x.stop()
+	if x.reuse && ctxAlive && !x.resp.ConnectionClose() && x.resp.Header.ContentLength() != -2 {
+		x.h.bgPool.put(x.c)
+	} else {
+		_ = x.c.Close()
 	}
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	resp = fasthttp.AcquireResponse()
-	abort = func() { _ = conn.Close() }
-	done = func() {
-		stop()
-		abort()
-		fasthttp.ReleaseResponse(resp)
+	fasthttp.ReleaseResponse(x.resp)
+}
+
+// drainEnd reads what is left of a body that should be ending (an SSE
+// stream after its response, H-08) for a moment; only a body read to its
+// end leaves the connection reusable.
+func (x *upstreamCall) drainEnd(body io.Reader) {
+	if err := x.c.SetReadDeadline(time.Now().Add(drainWait)); err != nil {
+		return
 	}
-	bw := bufio.NewWriter(conn)
-	if err := req.Write(bw); err != nil {
-		done()
-		return nil, nil, nil, err
+	_, err := io.Copy(io.Discard, io.LimitReader(body, 64<<10))
+	x.reuse = err == nil && x.c.SetReadDeadline(time.Time{}) == nil
+}
+
+// drainWait is how long a finished SSE answer may take to end.
+const drainWait = 200 * time.Millisecond
+
+// roundTrip sends req on a pooled (or new) connection and returns the
+// response with its body as a stream. A pooled connection is used only
+// while younger than UpstreamIdleConn (below the upstream's idle limit,
+// STYLE pitfall 13); a request is never replayed.
+func (h *Handler) roundTrip(ctx context.Context, req *fasthttp.Request) (*upstreamCall, error) {
+	c := h.bgPool.get()
+	if c == nil {
+		conn, err := h.dialUpstream(ctx)
+		if err != nil {
+			return nil, err
+		}
+		c = newBGConn(conn)
 	}
-	if err := bw.Flush(); err != nil {
-		done()
-		return nil, nil, nil, err
+	x := &upstreamCall{h: h, c: c, resp: fasthttp.AcquireResponse()}
+	x.stop = context.AfterFunc(ctx, x.abort)
+	fail := func(err error) (*upstreamCall, error) {
+		x.reuse = false
+		x.done()
+		return nil, err
 	}
-	resp.StreamBody = true
-	if err := resp.Read(bufio.NewReaderSize(conn, 16<<10)); err != nil {
-		done()
-		return nil, nil, nil, err
+	if err := req.Write(c.bw); err != nil {
+		return fail(err)
 	}
-	return resp, done, abort, nil
+	if err := c.bw.Flush(); err != nil {
+		return fail(err)
+	}
+	x.resp.StreamBody = true
+	if err := x.resp.Read(c.br); err != nil {
+		return fail(err)
+	}
+	return x, nil
+}
+
+// bgConn is a background-call connection with its buffers.
+type bgConn struct {
+	net.Conn
+	br        *bufio.Reader
+	bw        *bufio.Writer
+	idleSince time.Time
+}
+
+func newBGConn(c net.Conn) *bgConn {
+	return &bgConn{Conn: c, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriter(c)}
+}
+
+// connPool keeps idle background connections (LIFO). Safe for concurrent use.
+type connPool struct {
+	mu      sync.Mutex
+	idle    []*bgConn
+	max     int
+	maxIdle time.Duration
+	closed  bool
+}
+
+func (p *connPool) get() *bgConn {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for n := len(p.idle); n > 0; n = len(p.idle) {
+		c := p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		if time.Since(c.idleSince) < p.maxIdle {
+			return c
+		}
+		_ = c.Close()
+	}
+	return nil
+}
+
+func (p *connPool) put(c *bgConn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed || len(p.idle) >= p.max {
+		_ = c.Close()
+		return
+	}
+	c.idleSince = time.Now()
+	p.idle = append(p.idle, c)
+}
+
+func (p *connPool) len() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.idle)
+}
+
+func (p *connPool) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for _, c := range p.idle {
+		_ = c.Close()
+	}
+	p.idle = nil
 }
 
 // callUpstream runs the call and classifies the upstream's answer.
 func (h *Handler) callUpstream(ctx context.Context, j *job) callResult {
-	req := j.req
-	req.Header.SetConnectionClose()
-	resp, done, err := h.exchange(ctx, req)
+	j.req.Header.ResetConnectionClose()
+	x, err := h.roundTrip(ctx, j.req)
 	if err != nil {
 		return transportFailure(ctx, err)
 	}
-	defer done()
-	return h.readAnswer(ctx, j, resp)
+	defer x.done()
+	return h.readAnswer(ctx, j, x)
 }
 
 func transportFailure(ctx context.Context, err error) callResult {
@@ -294,7 +387,8 @@ func internalFailure(format string, args ...any) callResult {
 }
 
 // readAnswer reads a JSON or SSE answer to the task's request.
-func (h *Handler) readAnswer(ctx context.Context, j *job, resp *fasthttp.Response) callResult {
+func (h *Handler) readAnswer(ctx context.Context, j *job, x *upstreamCall) callResult {
+	resp := x.resp
 	switch code := resp.StatusCode(); {
 	case code == fasthttp.StatusNotFound:
 		return internalFailure("upstream answered HTTP 404: its MCP session ended; re-initialize and call again")
@@ -307,9 +401,10 @@ func (h *Handler) readAnswer(ctx context.Context, j *job, resp *fasthttp.Respons
 		body = bytes.NewReader(resp.Body())
 	}
 	if isEventStream(ct) {
-		return h.readSSEAnswer(ctx, j, body)
+		return h.readSSEAnswer(ctx, j, x, body)
 	}
 	msg, err := readAllLimit(body, h.cfg.MaxResultSize)
+	x.reuse = err == nil
 	if errors.Is(err, errTooLarge) {
 		return internalFailure("upstream result exceeds the result size limit of %d bytes", h.cfg.MaxResultSize)
 	}
@@ -325,7 +420,7 @@ func (h *Handler) readAnswer(ctx context.Context, j *job, resp *fasthttp.Respons
 // readSSEAnswer reads events until the response to the task's request,
 // answering upstream pings and resuming with GET + Last-Event-ID when the
 // upstream drops the connection after an event with an id (P-04, E-23).
-func (h *Handler) readSSEAnswer(ctx context.Context, j *job, body io.Reader) callResult {
+func (h *Handler) readSSEAnswer(ctx context.Context, j *job, cur *upstreamCall, body io.Reader) callResult {
 	var lastID string
 	retry := time.Second
 	for resumes := 0; ; resumes++ {
@@ -341,6 +436,7 @@ func (h *Handler) readSSEAnswer(ctx context.Context, j *job, body io.Reader) cal
 				}
 				if len(ev.data) > 0 {
 					if res, final := h.onUpstreamMessage(ctx, j, ev.data); final {
+						cur.drainEnd(body)
 						return res
 					}
 				}
@@ -362,15 +458,15 @@ func (h *Handler) readSSEAnswer(ctx context.Context, j *job, body io.Reader) cal
 		case <-ctx.Done():
 			return callResult{}
 		}
-		next, done, err := h.resume(ctx, j, lastID)
+		next, err := h.resume(ctx, j, lastID)
 		if err != nil {
 			if ctx.Err() != nil {
 				return callResult{}
 			}
 			return internalFailure("resuming the upstream stream failed: %v", err)
 		}
-		defer done()
-		body = next
+		defer next.done()
+		cur, body = next, next.resp.BodyStream()
 	}
 }
 
@@ -381,7 +477,7 @@ const finishRetryFor = 2 * time.Minute
 const maxResumes = 10
 
 // resume reopens the call's stream: GET with Last-Event-ID (H-12).
-func (h *Handler) resume(ctx context.Context, j *job, lastID string) (io.Reader, func(), error) {
+func (h *Handler) resume(ctx context.Context, j *job, lastID string) (*upstreamCall, error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	j.req.Header.CopyTo(&req.Header)
@@ -390,17 +486,16 @@ func (h *Handler) resume(ctx context.Context, j *job, lastID string) (io.Reader,
 	req.Header.Del(fasthttp.HeaderContentLength) // the POST's length would make the upstream wait for a body
 	req.Header.Set(fasthttp.HeaderAccept, "text/event-stream")
 	req.Header.Set(headerLastEventID, lastID)
-	req.Header.SetConnectionClose()
-	resp, done, err := h.exchange(ctx, req)
+	x, err := h.roundTrip(ctx, req)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	if resp.StatusCode() != fasthttp.StatusOK || !isEventStream(resp.Header.ContentType()) {
-		code := resp.StatusCode()
-		done()
-		return nil, nil, fmt.Errorf("upstream answered the resume with HTTP %d", code)
+	if x.resp.StatusCode() != fasthttp.StatusOK || !isEventStream(x.resp.Header.ContentType()) {
+		code := x.resp.StatusCode()
+		x.done()
+		return nil, fmt.Errorf("upstream answered the resume with HTTP %d", code)
 	}
-	return resp.BodyStream(), done, nil
+	return x, nil
 }
 
 // onUpstreamMessage handles one message of the call's stream; final is

@@ -104,8 +104,8 @@ func (h *Handler) enqueue(ctx context.Context, j *job, kind taskstore.MessageKin
 	case err == nil && dropped > 0:
 		j.log.Warn().Int("dropped", dropped).Int("queue_max", h.cfg.QueueMax).
 			Msg("task message queue full: dropped the oldest progress/log notifications")
-	case errors.Is(err, taskstore.ErrTerminal), errors.Is(err, taskstore.ErrNotFound):
-		// T-50: nothing after the end.
+	case errors.Is(err, taskstore.ErrTerminal), errors.Is(err, taskstore.ErrNotFound), ctx.Err() != nil:
+		// T-50: nothing after the end (a cancel or timeout ends ctx too).
 	case err != nil:
 		j.log.Warn().Err(err).Str(logRPCMethod, method).Msg("queueing a task message failed")
 	}
@@ -231,7 +231,7 @@ func (h *Handler) getStream(rc *fasthttp.RequestCtx, info *reqInfo) {
 	// reader blocked on a long-lived stream.
 	ctx, cancel := context.WithCancel(h.root)
 	start := time.Now()
-	resp, done, abort, err := h.exchangeConn(ctx, req)
+	x, err := h.roundTrip(ctx, req)
 	fasthttp.ReleaseRequest(req)
 	h.m.upstreamLatency.WithLabelValues("get_stream").Observe(time.Since(start).Seconds())
 	if err != nil {
@@ -239,6 +239,7 @@ func (h *Handler) getStream(rc *fasthttp.RequestCtx, info *reqInfo) {
 		h.upstreamFailed(rc, info, nil, err)
 		return
 	}
+	resp, done, abort := x.resp, x.done, x.abort // a stream's connection is never reused
 	var upstream io.Reader
 	switch {
 	case resp.StatusCode() == fasthttp.StatusOK && isEventStream(resp.Header.ContentType()):

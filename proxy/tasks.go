@@ -160,6 +160,7 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 		default:
 			h.log.Error().Err(err).Str(logTool, tool).Msg("creating a task failed")
 			h.rpcError(rc, info, env.id, newRPCError(codeInternalError, msgStoreUnavailable))
+			h.abandonCreate(t)
 		}
 		return
 	}
@@ -174,6 +175,20 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 	res = appendTask(res, t)
 	res = append(res, '}')
 	h.rpcResult(rc, env.id, res)
+}
+
+// abandonCreate fails a task whose Create timed out: the script may have
+// run although the answer was lost, and the client was told no task
+// exists. Without this the task would sit until lease recovery failed it.
+func (h *Handler) abandonCreate(t *taskstore.Task) {
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.StoreTimeout)
+		defer cancel()
+		_, _ = h.store.Finish(ctx, t.Owner, t.ID, taskstore.Failed,
+			"task creation timed out; the call was not started", taskstore.Outcome{Kind: taskstore.OutcomeInternal})
+	}()
 }
 
 // tasksMethod serves tasks/get, tasks/result, tasks/list and tasks/cancel

@@ -916,3 +916,26 @@ func TestRateLimit(t *testing.T) {
 	}
 	wantRPCError(t, r, codeInternalError, "too many task operations") // 5 + 5 > 10
 }
+
+// Background calls reuse upstream connections (a new TCP connection per
+// task costs a dial and leaves TIME_WAIT sockets), for JSON and SSE
+// answers alike; an aborted call's connection is not reused.
+func TestBackgroundConnectionsReused(t *testing.T) {
+	e := newTaskEnv(t, "", Config{})
+	for i, tool := range []string{"echo", "progress", "echo", "progress", "echo", "progress"} {
+		task := e.createTask(alice, tool, fmt.Sprintf(`{"text":"%d"}`, i), `{}`)
+		e.waitStatus(alice, task.TaskID, "completed")
+	}
+	// The first task dials; the pings answered during "progress" and the
+	// client-side requests of this test go through other pools.
+	if n := e.h.bgPool.len(); n != 1 {
+		t.Errorf("idle background connections = %d, want 1 (reused by each task)", n)
+	}
+	task := e.createTask(alice, "block", `{}`, `{}`)
+	pollUntil(t, 5*time.Second, func() bool { return e.h.bgPool.len() == 0 }, "the block call to take the pooled connection")
+	e.call(alice, 1, "tasks/cancel", fmt.Sprintf(`{"taskId":%q}`, task.TaskID))
+	pollUntil(t, 5*time.Second, func() bool { return e.h.Running() == 0 }, "the runner to end")
+	if n := e.h.bgPool.len(); n != 0 {
+		t.Errorf("idle background connections after an aborted call = %d, want 0", n)
+	}
+}
