@@ -119,16 +119,6 @@ func (h *Handler) run(j *job) {
 // this process shuts down, and renews the lease meanwhile.
 func (h *Handler) superviseRun(ctx context.Context, cancel context.CancelCauseFunc, j *job) {
 	t := j.t
-	wctx, wcancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-	ch, stop, err := h.store.WatchKinds(wctx, t.Owner, t.ID, taskstore.EventTerminal+taskstore.EventAnswer)
-	wcancel()
-	if err != nil {
-		ch = nil // rely on lease renewals
-	} else {
-		defer stop()
-	}
-	renew := time.NewTicker(h.cfg.Lease / 3)
-	defer renew.Stop()
 	check := func(st taskstore.Status, err error) bool {
 		switch {
 		case errors.Is(err, taskstore.ErrNotFound):
@@ -140,6 +130,25 @@ func (h *Handler) superviseRun(ctx context.Context, cancel context.CancelCauseFu
 		}
 		return false
 	}
+	// Most calls end quickly: subscribe to the task's events only once the
+	// call has run for watchDelay, which saves a SUBSCRIBE/UNSUBSCRIBE pair
+	// per short task. The re-read after subscribing catches a cancel that
+	// came before.
+	var ch <-chan struct{}
+	subscribe := time.NewTimer(watchDelay)
+	defer subscribe.Stop()
+	renew := time.NewTicker(h.cfg.Lease / 3)
+	defer renew.Stop()
+	reread := func() bool {
+		sctx, c := context.WithTimeout(ctx, h.cfg.StoreTimeout)
+		tt, err := h.store.Get(sctx, t.Owner, t.ID)
+		c()
+		var st taskstore.Status
+		if tt != nil {
+			st = tt.Status
+		}
+		return check(st, err)
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -147,16 +156,22 @@ func (h *Handler) superviseRun(ctx context.Context, cancel context.CancelCauseFu
 		case <-h.root.Done():
 			cancel(errShutdown)
 			return
+		case <-subscribe.C:
+			wctx, wcancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
+			c, stop, err := h.store.WatchKinds(wctx, t.Owner, t.ID, taskstore.EventTerminal+taskstore.EventAnswer)
+			wcancel()
+			if err != nil {
+				continue // rely on lease renewals
+			}
+			defer stop()
+			ch = c
+			h.deliverAnswers(ctx, j)
+			if reread() {
+				return
+			}
 		case <-ch:
 			h.deliverAnswers(ctx, j)
-			sctx, c := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-			tt, err := h.store.Get(sctx, t.Owner, t.ID)
-			c()
-			var st taskstore.Status
-			if tt != nil {
-				st = tt.Status
-			}
-			if check(st, err) {
+			if reread() {
 				return
 			}
 		case <-renew.C:
@@ -170,6 +185,10 @@ func (h *Handler) superviseRun(ctx context.Context, cancel context.CancelCauseFu
 		}
 	}
 }
+
+// watchDelay is how long a call runs before its runner subscribes to the
+// task's events (cancels and client answers).
+const watchDelay = 50 * time.Millisecond
 
 // finish records the outcome. While the store is unreachable (a Redis
 // restart) it retries with backoff until the task would have expired or
