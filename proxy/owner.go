@@ -75,7 +75,8 @@ func (h *Handler) upstreamVersion(sid []byte) string {
 	if time.Now().UnixNano() < h.storeDownUntil.Load() {
 		return "" // the store just failed: do not make every request wait on it
 	}
-	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
+	// A short bound: this lookup sits on the pass-through path.
+	ctx, cancel := context.WithTimeout(h.root, min(h.cfg.StoreTimeout, versionLookupTimeout))
 	defer cancel()
 	v, err := h.store.SessionVersion(ctx, string(sid))
 	if err != nil {
@@ -87,8 +88,12 @@ func (h *Handler) upstreamVersion(sid []byte) string {
 	return v
 }
 
-// storeRetryAfter is how long version lookups are skipped after a failure.
-const storeRetryAfter = 2 * time.Second
+// storeRetryAfter is how long version lookups are skipped after a failure;
+// versionLookupTimeout bounds one lookup.
+const (
+	storeRetryAfter      = 2 * time.Second
+	versionLookupTimeout = 500 * time.Millisecond
+)
 
 // rememberVersion records a bridged session's upstream version in memory
 // and in the store (for the other replicas).

@@ -563,30 +563,44 @@ var errClientGone = errors.New("client went away")
 // deliver, when set, gets the task's queued messages (issue 4) and returns
 // how many it wrote; the rest go back to the queue and the wait ends.
 func (h *Handler) waitTerminal(ctx context.Context, owner, taskID string, tick func() bool, deliver func([][]byte) int) (*taskstore.Task, *taskstore.Outcome, error) {
+	every := recheckInterval
 	wctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
 	ch, stop, err := h.store.Watch(wctx, owner, taskID)
 	cancel()
-	if err != nil {
+	switch {
+	case errors.Is(err, taskstore.ErrUnavailable) && ctx.Err() == nil:
+		// The subscription is not confirmed (Redis restarting): wait by
+		// re-reading often instead of failing the caller.
+		ch, stop, every = nil, func() {}, time.Second
+	case err != nil:
 		return nil, nil, err
 	}
 	defer stop()
 	keep := time.NewTicker(h.cfg.KeepAlive)
 	defer keep.Stop()
-	recheck := time.NewTicker(recheckInterval)
+	recheck := time.NewTicker(every)
 	defer recheck.Stop()
-	for {
-		if deliver != nil {
-			dctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-			msgs, err := h.store.Drain(dctx, owner, taskID)
+	drain := func() error {
+		if deliver == nil {
+			return nil
+		}
+		dctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
+		msgs, err := h.store.Drain(dctx, owner, taskID)
+		cancel()
+		if err != nil || len(msgs) == 0 {
+			return nil
+		}
+		if n := deliver(msgs); n < len(msgs) {
+			rctx, cancel := context.WithTimeout(context.Background(), h.cfg.StoreTimeout)
+			_ = h.store.Requeue(rctx, owner, taskID, msgs[n:])
 			cancel()
-			if err == nil && len(msgs) > 0 {
-				if n := deliver(msgs); n < len(msgs) {
-					rctx, cancel := context.WithTimeout(context.Background(), h.cfg.StoreTimeout)
-					_ = h.store.Requeue(rctx, owner, taskID, msgs[n:])
-					cancel()
-					return nil, nil, errClientGone
-				}
-			}
+			return errClientGone
+		}
+		return nil
+	}
+	for {
+		if err := drain(); err != nil {
+			return nil, nil, err
 		}
 		rctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
 		t, out, err := h.store.Outcome(rctx, owner, taskID)
@@ -595,6 +609,10 @@ func (h *Handler) waitTerminal(ctx context.Context, owner, taskID string, tick f
 			return nil, nil, err
 		}
 		if err == nil && t.Status.Terminal() {
+			// Notifications queued just before the end precede the result.
+			if err := drain(); err != nil {
+				return nil, nil, err
+			}
 			return t, out, nil
 		}
 		for wait := true; wait; {

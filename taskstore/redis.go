@@ -298,10 +298,14 @@ func (s *Redis) terminate(ctx context.Context, op, owner, id string, st Status, 
 	if !validOwner(owner) || !validID(id) {
 		return nil, ErrNotFound
 	}
+	keepQueue := "0"
+	if op == "finish" {
+		keepQueue = "1"
+	}
 	leases, member := s.k.leases(), leaseMember(owner, id)
 	res, err := s.pipe(ctx, []scriptCall{{terminateCmd, s.terminateKeys(owner, id),
 		[]any{string(st), msg, s.nowMS(), s.k.events(owner, id), string(out.Kind), []byte(out.Raw), 0, id,
-			s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner)},
+			s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner), keepQueue},
 	}}, func(p redis.Pipeliner) {
 		// Removing the lease even when the script refuses is fine: a
 		// terminal or missing task needs none.
@@ -415,7 +419,7 @@ func (s *Redis) Recover(ctx context.Context, skew time.Duration, msg string) ([]
 			owners, ids = append(owners, owner), append(ids, id)
 			calls = append(calls, scriptCall{terminateCmd, s.terminateKeys(owner, id),
 				[]any{string(Failed), msg, now, s.k.events(owner, id), string(OutcomeInternal), "", cutoff, id,
-					s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner)}})
+					s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner), "0"}})
 		}
 		res, err := s.pipe(ctx, calls, nil)
 		if err != nil {

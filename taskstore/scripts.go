@@ -196,8 +196,10 @@ return reply(1, v)
 // (failed + internal outcome, only if the lease expired). It refuses to
 // leave a terminal status (T-23, T-57, T-59), so a late outcome after a
 // cancel is dropped. The task leaves the owner's live zset (and its
-// session's queued set), its outbound queue, inbox and listening mark are
-// deleted (nothing is delivered after the end, T-50), and a wake-up is
+// session's queued set), its inbox and listening mark are deleted, and so is
+// its outbound queue, except that Finish keeps the notifications queued
+// before the end (they precede the result; nothing new is queued after it,
+// T-50) and drops queued requests. A wake-up is
 // published on the task's channel and, if the task has a session, "s:<id>"
 // on the session channel.
 //
@@ -207,7 +209,8 @@ return reply(1, v)
 // ms, ARGV[4] event channel, ARGV[5] outcome kind ("" = store none),
 // ARGV[6] outcome raw, ARGV[7] lease cutoff ms (0 = none; else refuse
 // unless the task's lease deadline < cutoff), ARGV[8] id, ARGV[9] session
-// queued-set prefix P:{owner}:sq:, ARGV[10] session channel prefix.
+// queued-set prefix P:{owner}:sq:, ARGV[10] session channel prefix,
+// ARGV[11] "1" to keep queued notifications (Finish).
 // Returns {1, meta...} after the change, {0} missing or expired,
 // {-1} terminal, {-2} lease not expired.
 var terminateCmd = redis.NewScript(luaPrelude + `
@@ -227,10 +230,29 @@ redis.call("HSET", KEYS[1], "status", v[1], "msg", v[2], "updated", v[4])
 if ARGV[5] ~= "" then redis.call("HSET", KEYS[1], "okind", ARGV[5], "out", ARGV[6]) end
 redis.call("HDEL", KEYS[1], "lease")
 redis.call("ZREM", KEYS[2], ARGV[8])
-redis.call("DEL", KEYS[3], KEYS[4], KEYS[5])
+local kept = 0
+if ARGV[11] == "1" then
+  -- Finish: notifications queued before the end stay deliverable (they
+  -- precede the result); requests are moot once the upstream answered.
+  local q = redis.call("LRANGE", KEYS[3], 0, -1)
+  redis.call("DEL", KEYS[3])
+  for i = 1, #q do
+    if string.sub(q[i], 1, 1) ~= "r" then
+      redis.call("RPUSH", KEYS[3], q[i])
+      kept = kept + 1
+    end
+  end
+  if kept > 0 then
+    local pttl = redis.call("PTTL", KEYS[1])
+    if pttl > 0 then redis.call("PEXPIRE", KEYS[3], pttl) end
+  end
+else
+  redis.call("DEL", KEYS[3])
+end
+redis.call("DEL", KEYS[4], KEYS[5])
 redis.call("PUBLISH", ARGV[4], "t")
 if v[10] and v[10] ~= "" then
-  redis.call("SREM", ARGV[9] .. v[10], ARGV[8])
+  if kept == 0 then redis.call("SREM", ARGV[9] .. v[10], ARGV[8]) end
   redis.call("PUBLISH", ARGV[10] .. v[10], "s:" .. ARGV[8])
 end
 return reply(1, v)

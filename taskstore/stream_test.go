@@ -671,3 +671,31 @@ func testStreamKeysExpire(t *testing.T, b *backend) {
 		t.Errorf("QueuedTasks after expiry = %v, %v; want none", got, err)
 	}
 }
+
+// testFinishKeepsNotifications: messages queued before Finish stay
+// deliverable (they precede the result, E-38, E-39); queued requests are
+// dropped; nothing can be queued after the end (T-50).
+func testFinishKeepsNotifications(t *testing.T, b *backend) {
+	s := b.open(t, Config{})
+	ctx := testCtx(t)
+	task := mustCreate(t, s, newSessionTask(ownerA, sessA), CreateOptions{})
+	mustEnqueue(t, s, ownerA, task.ID, KindProgress, "p1", 0)
+	mustEnqueue(t, s, ownerA, task.ID, KindRequest, "req", 0)
+	mustEnqueue(t, s, ownerA, task.ID, KindNotification, "log", 0)
+	if _, err := s.Finish(ctx, ownerA, task.ID, Completed, "", Outcome{OutcomeResult, json.RawMessage(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Enqueue(ctx, ownerA, task.ID, KindProgress, []byte("late"), 0); !errors.Is(err, ErrTerminal) {
+		t.Errorf("Enqueue after Finish = %v, want ErrTerminal", err)
+	}
+	if ids, err := s.QueuedTasks(ctx, ownerA, sessA); err != nil || len(ids) != 1 || ids[0] != task.ID {
+		t.Errorf("QueuedTasks after Finish = %v, %v; want the task (its notifications wait)", ids, err)
+	}
+	if pttl := b.raw.PTTL(ctx, s.k.queue(ownerA, task.ID)).Val(); pttl <= 0 {
+		t.Errorf("kept queue PTTL = %v, want a TTL", pttl)
+	}
+	got := mustDrain(t, s, ownerA, task.ID)
+	if len(got) != 2 || string(got[0]) != "p1" || string(got[1]) != "log" {
+		t.Errorf("Drain after Finish = %q, want [p1 log]", got)
+	}
+}

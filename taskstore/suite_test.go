@@ -49,6 +49,7 @@ func runSuite(t *testing.T, newBackend func(testing.TB) *backend) {
 		{"StreamConcurrentDrain_H11_E37", testStreamConcurrentDrain},
 		{"StreamBound_issue4", testStreamBound},
 		{"StreamTerminal_T50", testStreamTerminal},
+		{"FinishKeepsNotifications_E38", testFinishKeepsNotifications},
 		{"StreamUnknown_T75", testStreamUnknown},
 		{"StreamRouting_H11", testStreamRouting},
 		{"PendingAnswer", testPendingAnswer},
