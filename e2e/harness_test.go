@@ -138,6 +138,25 @@ func (p *proc) kill() {
 	<-p.exited
 }
 
+// signal sends sig (e.g. SIGTERM) to the process.
+func (p *proc) signal(t testing.TB, sig os.Signal) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("sending %v to %s: %v", sig, p.name, err)
+	}
+}
+
+// waitExit waits up to timeout for the process to exit and returns its
+// state; ok is false when it still runs.
+func (p *proc) waitExit(timeout time.Duration) (state *os.ProcessState, ok bool) {
+	select {
+	case <-p.exited:
+		return p.state, true
+	case <-time.After(timeout):
+		return nil, false
+	}
+}
+
 func (p *proc) hasExited() bool {
 	select {
 	case <-p.exited:
@@ -524,9 +543,16 @@ type initResult struct {
 // initialize runs the handshake (initialize + notifications/initialized).
 func (c *rawClient) initialize() initResult {
 	c.t.Helper()
+	return c.initializeWith(map[string]any{})
+}
+
+// initializeWith runs the handshake declaring the client capabilities caps
+// (e.g. elicitation, which the upstream checks before asking).
+func (c *rawClient) initializeWith(caps map[string]any) initResult {
+	c.t.Helper()
 	body, _ := c.marshalRequest("initialize", map[string]any{
 		"protocolVersion": protocolVersion,
-		"capabilities":    map[string]any{},
+		"capabilities":    caps,
 		"clientInfo":      map[string]any{"name": "taskgate-e2e", "version": "0"},
 	})
 	r := c.postRaw(body)
@@ -754,17 +780,19 @@ func (tp *tap) messages() []rpcMsg {
 // ---- mcp-go client ----
 
 // newMCPClient connects the mcp-go client to endpoint with extra headers
-// and runs the 2025-11-25 handshake.
-func newMCPClient(t testing.TB, endpoint string, headers map[string]string) (*client.Client, *mcp.InitializeResult) {
+// and client options (e.g. an elicitation handler) and runs the 2025-11-25
+// handshake.
+func newMCPClient(t testing.TB, endpoint string, headers map[string]string, copts ...client.ClientOption) (*client.Client, *mcp.InitializeResult) {
 	t.Helper()
 	var opts []transport.StreamableHTTPCOption
 	if headers != nil {
 		opts = append(opts, transport.WithHTTPHeaders(headers))
 	}
-	c, err := client.NewStreamableHttpClient(endpoint, opts...)
+	trans, err := transport.NewStreamableHTTP(endpoint, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	c := client.NewClient(trans, copts...)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if err := c.Start(ctx); err != nil {
