@@ -161,3 +161,25 @@ func FuzzGlob(f *testing.F) {
 		}
 	})
 }
+
+func TestRetriesRequested(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml string
+		want       bool
+	}{
+		{name: "defaults", yaml: "", want: false},
+		{name: "idempotent without retries", yaml: "rules:\n  - match: a\n    idempotent: true\n", want: false},
+		{name: "rule with retries", yaml: "rules:\n  - match: a\n    idempotent: true\n    maxRetries: 2\n", want: true},
+		{name: "defaults with retries", yaml: "defaults:\n  idempotent: true\n  maxRetries: 1\n", want: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Parse([]byte(tc.yaml), "p.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := p.RetriesRequested(); got != tc.want {
+				t.Errorf("RetriesRequested() = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -37,7 +37,7 @@ type Settings struct {
 	PollInterval  time.Duration // reported pollInterval; default 2s
 	Timeout       time.Duration // max duration of the background upstream call; default 30m
 	MaxConcurrent int           // max concurrently running task calls of this tool in one taskgate process; 0 = unlimited (default)
-	Idempotent    bool          // the operator says re-running the call is harmless (used by lease recovery); default false
+	Idempotent    bool          // the operator says re-running the call is harmless; default false. Reserved: lost calls are not re-run yet
 	MaxRetries    int           // when Idempotent, how often a lost call may be re-run; default 0
 }
 
@@ -183,4 +183,22 @@ func skipDigits(b []byte, i int) int {
 		i++
 	}
 	return i
+}
+
+// RetriesRequested reports whether the defaults or any rule mark a tool
+// idempotent with maxRetries > 0. This version never re-runs lost calls;
+// the caller warns operators who asked for it.
+func (p *Policy) RetriesRequested() bool {
+	if p == nil {
+		return false
+	}
+	if p.Defaults.Idempotent && p.Defaults.MaxRetries > 0 {
+		return true
+	}
+	for _, r := range p.rules {
+		if r.s.Idempotent && r.s.MaxRetries > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -215,6 +215,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
+	if pol.RetriesRequested() {
+		log.Warn().Msg("policy: idempotent/maxRetries are set, but this version never re-runs a call lost with a crashed replica; such tasks fail (see README, Leases)")
+	}
 	store, closeStore, err := openStore(o, log)
 	if err != nil {
 		fmt.Fprintf(stderr, "taskgate: %v\n", err)
