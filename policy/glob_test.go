@@ -150,7 +150,7 @@ func FuzzGlob(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, pattern, name string) {
 		if len(pattern) > 24 || len(name) > 24 { // matchRef is exponential
-			t.Skip()
+			return
 		}
 		g, err := compileGlob(pattern)
 		if err != nil {
