@@ -81,7 +81,7 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, msgShuttingDown))
 		return
 	}
-	ownerOf, _ := h.owner(&rc.Request.Header)
+	owner, _ := h.owner(&rc.Request.Header)
 	tv, err := members(task, "ttl")
 	if err != nil {
 		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid params.task: "+err.Error()))
@@ -92,7 +92,7 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid tools/call params: "+err.Error()))
 		return
 	}
-	if !h.allowTaskOp(rc, info, env.id, ownerOf) {
+	if !h.allowTaskOp(rc, info, env.id, owner) {
 		return
 	}
 	if !h.tools.acquire(tool, st.MaxConcurrent) {
@@ -101,21 +101,15 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 			"taskgate: tool %q already runs %d task calls here (policy maxConcurrent); retry later", tool, st.MaxConcurrent)))
 		return
 	}
-	id, err := taskstore.NewID()
-	if err != nil {
-		h.tools.release(tool)
-		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, "taskgate: generating a task id failed"))
-		return
-	}
 	// The upstream id is random and separate from the task id, which the
-	// client knows (P-07, E-45); the prefix is reserved (see reservedID).
-	upNonce, err := taskstore.NewID()
-	if err != nil {
+	// client knows (P-07, E-45).
+	id, err1 := taskstore.NewID()
+	upNonce, err2 := taskstore.NewID()
+	if err := errors.Join(err1, err2); err != nil {
 		h.tools.release(tool)
 		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, "taskgate: generating a task id failed"))
 		return
 	}
-	owner := ownerOf
 	sess := h.sessionKey(rc.Request.Header.Peek(headerSessionID))
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	t := &taskstore.Task{
