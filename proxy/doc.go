@@ -1,0 +1,53 @@
+// Package proxy is taskgate's fasthttp handler: a reverse proxy in front of
+// one MCP Streamable HTTP server that adds the tasks feature of MCP
+// 2025-11-25 (tools/call with params.task, tasks/get, tasks/result,
+// tasks/list, tasks/cancel) for servers that lack it.
+//
+// # Request path
+//
+// Only POSTs to the upstream's MCP path are parsed, and only their
+// envelope (jsonrpc, id, method, params kept raw) by a strict scanner:
+// exact-case member names, duplicates refused, invalid JSON answered with
+// -32700 before anything reaches the upstream. What taskgate does not
+// intercept is forwarded as the original bytes on a pooled
+// fasthttp.HostClient and streamed back, SSE event by event; hop-by-hop
+// headers are removed both ways. Reads from the upstream are bounded per
+// read (StreamIdleTimeout) and per answer (StreamMaxLifetime) by the
+// connection wrapper, never by fasthttp's whole-body timeouts.
+//
+// Intercepted: initialize and tools/list answers are rewritten in their own
+// framing (package capability); tools/call is checked against the tool
+// policy (package policy) and, with params.task, becomes a task; tasks/* are
+// answered from the store (package taskstore) and never forwarded; a
+// client's JSON-RPC response that answers a request relayed from a task's
+// upstream call is routed to that task's runner; GET streams of sessions at
+// 2025-11-25 are merged with the session's task messages.
+//
+// # Tasks
+//
+// Creating a task is one store round trip; the CreateTaskResult goes back
+// at once and a runner goroutine performs the upstream call on a connection
+// of its own pool, so that tasks/cancel, the policy timeout, the task's ttl
+// and shutdown can abort it by closing that connection. The runner holds a
+// lease in the store and renews it; any replica fails tasks whose runner
+// vanished. The upstream's final answer is stored raw; the wire status
+// (completed, or failed for isError and JSON-RPC errors) is decided here.
+//
+// While the call runs, the upstream's notifications and requests are
+// stamped with related-task _meta and queued in the store; the task's open
+// tasks/result stream, else the session's GET stream, drains the queue (on
+// any replica), so each message is delivered once. tasks/result waits on
+// the store's pub/sub wake-ups with the store as the source of truth, and
+// keeps long waits alive with SSE comments.
+//
+// # Ownership
+//
+// Tasks belong to an owner derived from the request (a keyed hash of the
+// Authorization header, else of the session id); a foreign task is
+// indistinguishable from an unknown one. Owners are rate limited per
+// process.
+//
+// Handler is safe for concurrent use; Close stops it. No fasthttp
+// RequestCtx is touched after its handler returns (STYLE pitfalls 1-3):
+// stream writers get copies of what they need.
+package proxy
