@@ -71,13 +71,17 @@ func (h *Handler) pass(rc *fasthttp.RequestCtx, info *reqInfo, id []byte) {
 }
 
 // relayResponse fixes up an upstream answer now in rc.Response for the
-// client: hop-by-hop headers removed, SSE flushed at once and bounded.
+// client: hop-by-hop headers removed. Every SSE event is flushed as it
+// arrives (fasthttp flushes each chunk). The headers of a GET stream, which
+// may stay silent for long, go out at once (STYLE pitfall 7); those of a
+// POST's SSE answer travel with its first event, one write instead of two
+// (the upstream's first event comes soon: a priming event, H-07, or the
+// response).
 func (h *Handler) relayResponse(rc *fasthttp.RequestCtx) {
 	resp := &rc.Response
 	stripHopByHop(&resp.Header)
 	resp.Header.ResetConnectionClose()
-	if isEventStream(resp.Header.ContentType()) {
-		// Headers go out before the first event (STYLE pitfall 7).
+	if rc.IsGet() && isEventStream(resp.Header.ContentType()) {
 		resp.ImmediateHeaderFlush = true
 	}
 }
