@@ -787,3 +787,45 @@ func TestStatusFor(t *testing.T) {
 		})
 	}
 }
+
+// TestStreamMaxLifetime (issue 5 item 5): an SSE answer that keeps sending
+// is cut once it reaches StreamMaxLifetime, although it is never idle; the
+// client then resumes with Last-Event-ID (H-07).
+func TestStreamMaxLifetime(t *testing.T) {
+	const lifetime = 300 * time.Millisecond
+	var closing <-chan struct{}
+	tp := newTestProxy(t, func(rc *fasthttp.RequestCtx) {
+		rc.SetContentType("text/event-stream")
+		rc.SetBodyStreamWriter(func(w *bufio.Writer) {
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			for i := 0; ; i++ {
+				select {
+				case <-closing:
+					return
+				case <-tick.C:
+					if _, err := fmt.Fprintf(w, "id: %d\ndata: {}\n\n", i); err != nil || w.Flush() != nil {
+						return
+					}
+				}
+			}
+		})
+	}, withTCP(), withConfig(func(c *Config) { c.StreamIdleTimeout = 10 * time.Second; c.StreamMaxLifetime = lifetime }))
+	closing = tp.up.closing
+	start := time.Now()
+	resp := tp.doStream(newRequest("GET", "", "Accept", "text/event-stream"))
+	r := newSSEReader(resp.BodyStream(), 0)
+	events := 0
+	for {
+		if _, err := r.next(); err != nil {
+			break
+		}
+		events++
+		if time.Since(start) > 10*time.Second {
+			t.Fatal("stream still open after 10 s")
+		}
+	}
+	if d := time.Since(start); d < lifetime || events < 2 {
+		t.Errorf("stream ended after %v with %d events, want a cut at about %v after several events", d, events, lifetime)
+	}
+}
