@@ -188,7 +188,7 @@ func (h *Handler) superviseRun(ctx context.Context, cancel context.CancelCauseFu
 
 // watchDelay is how long a call runs before its runner subscribes to the
 // task's events (cancels and client answers).
-const watchDelay = 50 * time.Millisecond
+const watchDelay = 250 * time.Millisecond
 
 // finish records the outcome. While the store is unreachable (a Redis
 // restart) it retries with backoff until the task would have expired or
