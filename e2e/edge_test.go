@@ -262,10 +262,7 @@ func TestOwnerTaskLimit_E46(t *testing.T) {
 	if e.Code != -32603 && e.Code != -32600 {
 		t.Errorf("third task: %d %q, want a synchronous -32603 or -32600", e.Code, e.Message)
 	}
-	var list struct {
-		Tasks []wireTask `json:"tasks"`
-	}
-	c.result("tasks/list", nil, &list)
+	list := c.listTasks()
 	if len(list.Tasks) != 2 {
 		t.Errorf("tasks/list shows %d tasks, want the 2 accepted ones", len(list.Tasks))
 	}

@@ -221,10 +221,7 @@ func TestRedisDownAtStart(t *testing.T) {
 		t.Errorf("tasks/result after Redis came up (ready, task created): %q after %v; want the result \"back\"",
 			r.Body, time.Since(asked).Round(time.Millisecond))
 	}
-	var list struct {
-		Tasks []wireTask `json:"tasks"`
-	}
-	c.result("tasks/list", nil, &list)
+	list := c.listTasks()
 	if len(list.Tasks) != 1 || list.Tasks[0].TaskID != tk.TaskID {
 		t.Errorf("tasks/list = %+v; want only the task created after Redis came up (the refused call left none)", list.Tasks)
 	}
@@ -233,10 +230,8 @@ func TestRedisDownAtStart(t *testing.T) {
 // Redis restarting mid-flight (append-only file, so the data survives):
 // a task created before the outage still completes, and a tasks/result
 // sent once Redis is back (and /readyz says so) waits for and returns the
-// result. Known failure (reported): that tasks/result intermittently ends
-// after --store-timeout with -32603 "task store unavailable", because
-// waitTerminal gives up when its pub/sub subscription is not confirmed in
-// time instead of falling back to its periodic re-check.
+// result (regression test: waitTerminal used to answer -32603 when its
+// pub/sub subscription was not confirmed in time, instead of re-reading).
 func TestRedisRestartMidFlight(t *testing.T) {
 	t.Parallel()
 	rs := newRedisServer(t, freeAddr(t), true)
@@ -472,10 +467,7 @@ func TestRedisClusterLifecycle(t *testing.T) {
 		if g := c.getTask(ids[i]); g.Status != "completed" {
 			t.Errorf("owner %d: tasks/get %s", i, g.Status)
 		}
-		var list struct {
-			Tasks []wireTask `json:"tasks"`
-		}
-		c.result("tasks/list", nil, &list)
+		list := c.listTasks()
 		if len(list.Tasks) != 1 || list.Tasks[0].TaskID != ids[i] {
 			t.Errorf("owner %d: tasks/list %+v, want only its task", i, list.Tasks)
 		}
@@ -515,10 +507,7 @@ func TestRedisClusterLifecycle(t *testing.T) {
 	if e := c.rpcErr("tasks/result", map[string]any{"taskId": slow.TaskID}); e.Code != -32603 {
 		t.Errorf("tasks/result of the cancelled task: %d %q, want -32603", e.Code, e.Message)
 	}
-	var list struct {
-		Tasks []wireTask `json:"tasks"`
-	}
-	c.result("tasks/list", nil, &list)
+	list := c.listTasks()
 	if len(list.Tasks) != 3 {
 		t.Errorf("owner 0 lists %d tasks, want 3", len(list.Tasks))
 	}
@@ -561,10 +550,7 @@ func TestLimitsUserErrors(t *testing.T) {
 		}
 	})
 	t.Run("allowed-origins 403", func(t *testing.T) {
-		var before struct {
-			Tasks []wireTask `json:"tasks"`
-		}
-		c.result("tasks/list", nil, &before)
+		before := c.listTasks()
 		evil := newRawClient(t, gw.URL)
 		evil.header.Set("Authorization", "Bearer limits")
 		evil.header.Set("Origin", "http://evil.example")
@@ -574,10 +560,7 @@ func TestLimitsUserErrors(t *testing.T) {
 		if r.Status != http.StatusForbidden || r.Msg == nil || r.Msg.Error == nil || !strings.Contains(r.Msg.Error.Message, "origin") {
 			t.Errorf("task call from a foreign Origin: HTTP %d %q; want 403 with a JSON-RPC error about the origin", r.Status, r.Body)
 		}
-		var after struct {
-			Tasks []wireTask `json:"tasks"`
-		}
-		c.result("tasks/list", nil, &after)
+		after := c.listTasks()
 		if len(after.Tasks) != len(before.Tasks) {
 			t.Errorf("the refused call created a task")
 		}

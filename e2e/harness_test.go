@@ -600,6 +600,20 @@ type wireTask struct {
 	PollInterval  *int64          `json:"pollInterval"`
 }
 
+// taskPage is a ListTasksResult.
+type taskPage struct {
+	Tasks      []wireTask `json:"tasks"`
+	NextCursor string     `json:"nextCursor"`
+}
+
+// listTasks returns the first tasks/list page.
+func (c *rawClient) listTasks() taskPage {
+	c.t.Helper()
+	var page taskPage
+	c.result("tasks/list", nil, &page)
+	return page
+}
+
 // createTask sends a task-augmented tools/call and returns the task.
 func (c *rawClient) createTask(tool string, args any, task map[string]any) wireTask {
 	c.t.Helper()

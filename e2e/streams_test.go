@@ -843,10 +843,8 @@ func TestMCPGoClientTaskStreams_E34_E38(t *testing.T) {
 // E-38, E-39, H-08: every notification the upstream sent before its
 // response reaches the open tasks/result stream before the result; a burst
 // of 20 steps in 0.2 s ends right after its last messages, which is where
-// they are at risk. Known failure (reported): the store's terminate script
-// deletes the task's queue when the runner records the outcome, so
-// messages queued a moment before the result, not yet drained by the
-// listening stream, are lost.
+// they are at risk: the runner records the outcome a moment after queueing
+// them (regression test: Finish used to delete the queue).
 func TestTaskMessagesBeforeResultNotLost_E39(t *testing.T) {
 	t.Parallel()
 	up := startLegacy(t)

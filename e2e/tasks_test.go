@@ -600,10 +600,7 @@ func TestTwoReplicasShareRedis(t *testing.T) {
 	before := stats.get()
 	t2 := ca.createTask("slow", map[string]any{"seconds": 3, "steps": 30}, nil)
 	waitUpstreamRunning(t, stats, 1)
-	var list struct {
-		Tasks []wireTask `json:"tasks"`
-	}
-	cb.result("tasks/list", nil, &list)
+	list := cb.listTasks()
 	var ids []string
 	for _, x := range list.Tasks {
 		ids = append(ids, x.TaskID)
@@ -660,10 +657,7 @@ func TestTaskTTLExpiry_E32(t *testing.T) {
 			t.Errorf("%s of an expired task: %d %q, want -32602", m, e.Code, e.Message)
 		}
 	}
-	var list struct {
-		Tasks []wireTask `json:"tasks"`
-	}
-	c.result("tasks/list", nil, &list)
+	list := c.listTasks()
 	for _, x := range list.Tasks {
 		if x.TaskID == short.TaskID || x.TaskID == clamped.TaskID {
 			t.Errorf("tasks/list still shows expired task %s", x.TaskID)

@@ -144,9 +144,6 @@ func TestStoreEmbedded(t *testing.T) { runSuite(t, embeddedBackend) }
 func TestStoreRedisServer(t *testing.T) { runSuite(t, redisServer(t)) }
 
 func TestStoreRedisCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("cluster start takes a few seconds")
-	}
 	runSuite(t, redisCluster(t))
 }
 

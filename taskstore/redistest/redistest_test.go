@@ -18,9 +18,6 @@ func TestStart(t *testing.T) {
 }
 
 func TestStartCluster(t *testing.T) {
-	if testing.Short() {
-		t.Skip("cluster start takes a few seconds")
-	}
 	addrs := StartCluster(t)
 	for _, a := range addrs {
 		reply, err := command(a, "CLUSTER INFO")

@@ -1,5 +1,0 @@
-//go:build !race
-
-package capability
-
-const raceEnabled = false
