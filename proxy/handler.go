@@ -158,6 +158,11 @@ type Handler struct {
 	tools    toolLimiter
 	bgPool   connPool // connections for background calls
 	limiter  *rateLimiter
+	macs     sync.Pool // keyed HMAC states (keyedHash)
+	// jobs holds this process's running task calls by task id, so a
+	// tasks/result waiting here on a call running here wakes when the
+	// runner settles it instead of through a Redis subscription.
+	jobs sync.Map
 	// storeDownUntil (unix ns) skips session-version lookups for a moment
 	// after one failed, so pass-through does not wait on a dead store.
 	storeDownUntil atomic.Int64

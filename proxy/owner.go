@@ -5,6 +5,8 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"hash"
+	"io"
 	"sync"
 	"time"
 
@@ -31,12 +33,24 @@ func (h *Handler) owner(hdr *fasthttp.RequestHeader) (owner string, identified b
 	return ownerAnonymous, false
 }
 
+// keyedHash is HMAC-SHA256(OwnerKey, domain NUL v), the first 16 bytes in
+// hex. The keyed HMAC states are pooled: hmac.New hashes the key into two
+// fresh SHA-256 states on every call, Reset only restores them.
 func (h *Handler) keyedHash(domain string, v []byte) string {
-	mac := hmac.New(sha256.New, h.cfg.OwnerKey)
-	mac.Write([]byte(domain))
+	mac, _ := h.macs.Get().(hash.Hash)
+	if mac == nil {
+		mac = hmac.New(sha256.New, h.cfg.OwnerKey)
+	}
+	mac.Reset()
+	_, _ = io.WriteString(mac, domain)
 	mac.Write([]byte{0})
 	mac.Write(v)
-	return hex.EncodeToString(mac.Sum(nil)[:16])
+	var sum [sha256.Size]byte
+	mac.Sum(sum[:0])
+	h.macs.Put(mac)
+	var out [32]byte
+	hex.Encode(out[:], sum[:16])
+	return string(out[:])
 }
 
 // hashShort is what logs show instead of a session id.

@@ -31,7 +31,36 @@ type job struct {
 
 	pending    atomic.Int32 // relayed requests the client has not answered yet
 	lastStatus time.Time    // last progress-driven statusMessage update (reader goroutine only)
+
+	// settled is closed once the runner has nothing more to record: the
+	// outcome is stored (or was dropped), or the call ended because the
+	// task was cancelled or expired. A tasks/result of this process waits
+	// on it (localSettled) before it reads the store.
+	settled    chan struct{}
+	settleOnce sync.Once
+
+	// ctx bounds the call: the policy timeout, the task's expiry, and
+	// cancel (a tasks/cancel, shutdown) with the reason as its cause.
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	cancelDL context.CancelFunc
 }
+
+// newJob makes the job of a created task; start it with go h.run(j).
+func newJob(t *taskstore.Task, req *fasthttp.Request, st policy.Settings, session string) *job {
+	j := &job{t: t, req: req, st: st, session: session, settled: make(chan struct{})}
+	deadline, deadlineCause := t.CreatedAt.Add(st.Timeout), errTimeout
+	if exp := t.ExpiresAt(); exp.Before(deadline) {
+		deadline, deadlineCause = exp, errExpired
+	}
+	ctx, cancelDL := context.WithDeadlineCause(context.Background(), deadline, deadlineCause)
+	j.ctx, j.cancel = context.WithCancelCause(ctx)
+	j.cancelDL = cancelDL
+	return j
+}
+
+// settle closes j.settled (once).
+func (j *job) settle() { j.settleOnce.Do(func() { close(j.settled) }) }
 
 // Why a runner's call ended early (context.Cause of its context).
 var (
@@ -57,19 +86,16 @@ func (h *Handler) run(j *job) {
 	j.log = h.log.With().Str(logTaskID, t.ID).Str(logTool, t.Tool).Logger()
 	h.m.runningNow.Add(1)
 	defer func() {
+		j.settle()
+		h.jobs.Delete(t.ID)
 		h.m.runningNow.Add(-1)
 		h.tools.release(t.Tool)
 		fasthttp.ReleaseRequest(j.req)
 		h.wg.Done()
 	}()
 
-	deadline, deadlineCause := t.CreatedAt.Add(j.st.Timeout), errTimeout
-	if exp := t.ExpiresAt(); exp.Before(deadline) {
-		deadline, deadlineCause = exp, errExpired
-	}
-	ctx, cancelDL := context.WithDeadlineCause(context.Background(), deadline, deadlineCause)
-	defer cancelDL()
-	ctx, cancel := context.WithCancelCause(ctx)
+	ctx, cancel := j.ctx, j.cancel
+	defer j.cancelDL()
 	defer cancel(nil)
 
 	watchDone := make(chan struct{})
@@ -94,10 +120,12 @@ func (h *Handler) run(j *job) {
 
 	switch {
 	case errors.Is(cause, errCancelledByClient):
+		j.settle() // the task is cancelled in the store already
 		h.notifyCancelled(j, "cancelled by the client through tasks/cancel")
 		j.log.Info().Msg("task call aborted after cancel")
 		return
 	case errors.Is(cause, errExpired):
+		j.settle() // the task is gone from the store
 		h.notifyCancelled(j, "task ttl passed")
 		h.m.tasks.WithLabelValues("expired").Inc()
 		j.log.Info().Msg("task expired while running; upstream call cancelled")

@@ -161,8 +161,10 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 	h.m.tasks.WithLabelValues("created").Inc()
 	h.log.Info().Str(logTaskID, id).Str(logOwner, owner).Str(logTool, tool).
 		Dur("ttl", t.TTL).Msg("task created")
+	j := newJob(t, req, st, sess)
+	h.jobs.Store(t.ID, j)
 	h.wg.Add(1)
-	go h.run(&job{t: t, req: req, st: st, session: sess})
+	go h.run(j)
 
 	res := make([]byte, 0, 256)
 	res = append(res, `{"task":`...)
@@ -230,6 +232,11 @@ func (h *Handler) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 		if err != nil {
 			h.storeError(rc, info, env.id, err)
 			return
+		}
+		if v, ok := h.jobs.Load(taskID); ok {
+			// The call runs here: abort it now rather than when its runner
+			// sees the store's wake-up.
+			v.(*job).cancel(errCancelledByClient)
 		}
 		h.m.tasks.WithLabelValues("cancelled").Inc()
 		h.log.Info().Str(logTaskID, taskID).Str(logOwner, owner).Msg("task cancelled")
@@ -557,6 +564,11 @@ var errClientGone = errors.New("client went away")
 // deliver, when set, gets the task's queued messages (issue 4) and returns
 // how many it wrote; the rest go back to the queue and the wait ends.
 func (h *Handler) waitTerminal(ctx context.Context, owner, taskID string, tick func() bool, deliver func([][]byte) int) (*taskstore.Task, *taskstore.Outcome, error) {
+	if tick == nil && deliver == nil {
+		if t, out, ok, err := h.localSettled(ctx, owner, taskID); ok {
+			return t, out, err
+		}
+	}
 	every := recheckInterval
 	wctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
 	ch, stop, err := h.store.Watch(wctx, owner, taskID)
@@ -622,6 +634,54 @@ func (h *Handler) waitTerminal(ctx context.Context, owner, taskID string, tick f
 			case <-ctx.Done():
 				return nil, nil, ctx.Err()
 			}
+		}
+	}
+}
+
+// localSettled serves the wait of waitTerminal when the task's call runs in
+// this process: it waits for the runner to settle the task and then reads
+// the outcome once, instead of subscribing to the task's events and reading
+// it before and after (two Redis round trips on the pub/sub connection and
+// one read fewer per blocking tasks/result). Every way a running task ends
+// goes through its runner: its own outcome, a timeout, and a cancel or
+// expiry, which the runner sees through its own watch (or lease renewal)
+// when another replica made it. ok is false when the call does not run here
+// or the store read after it settled was not conclusive; the caller then
+// waits through the store as for a remote runner.
+func (h *Handler) localSettled(ctx context.Context, owner, taskID string) (*taskstore.Task, *taskstore.Outcome, bool, error) {
+	v, found := h.jobs.Load(taskID)
+	if !found {
+		return nil, nil, false, nil
+	}
+	j := v.(*job)
+	if j.t.Owner != owner {
+		return nil, nil, false, nil // the store path answers exactly as for an unknown id
+	}
+	read := func() (*taskstore.Task, *taskstore.Outcome, bool, error) {
+		rctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
+		t, out, err := h.store.Outcome(rctx, owner, taskID)
+		cancel()
+		switch {
+		case errors.Is(err, taskstore.ErrUnavailable):
+			return nil, nil, false, nil
+		case err != nil:
+			return nil, nil, true, err
+		}
+		return t, out, t.Status.Terminal(), nil
+	}
+	recheck := time.NewTicker(recheckInterval)
+	defer recheck.Stop()
+	for {
+		select {
+		case <-j.settled:
+			return read()
+		case <-recheck.C:
+			// Bounds a cancel the runner has not noticed yet.
+			if t, out, ok, err := read(); ok {
+				return t, out, true, err
+			}
+		case <-ctx.Done():
+			return nil, nil, true, ctx.Err()
 		}
 	}
 }

@@ -49,6 +49,13 @@ rules:
 
 func newTaskEnv(t *testing.T, policyYAML string, cfg Config) *taskEnv {
 	t.Helper()
+	return newTaskEnvWrapped(t, policyYAML, cfg, nil)
+}
+
+// newTaskEnvWrapped is newTaskEnv with the Handler's store wrapped by wrap
+// (e.g. a countingStore); e.store stays the plain store.
+func newTaskEnvWrapped(t *testing.T, policyYAML string, cfg Config, wrap func(taskstore.Store) taskstore.Store) *taskEnv {
+	t.Helper()
 	if policyYAML == "" {
 		policyYAML = testPolicy
 	}
@@ -68,7 +75,11 @@ func newTaskEnv(t *testing.T, policyYAML string, cfg Config) *taskEnv {
 	if cfg.KeepAlive == 0 {
 		cfg.KeepAlive = time.Second
 	}
-	h, err := New(cfg, pol, store, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), nil)
+	var hs taskstore.Store = store
+	if wrap != nil {
+		hs = wrap(store)
+	}
+	h, err := New(cfg, pol, hs, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -513,6 +524,66 @@ func TestCancel(t *testing.T) {
 	if got, _ := e.get(alice, done.TaskID); got.Status != "completed" {
 		t.Errorf("status after refused cancel = %q, want completed", got.Status)
 	}
+}
+
+// T-37 (issue 3 item 5): a blocking tasks/result on the process that runs
+// the call waits for its runner, not for a store subscription: one outcome
+// read before the wait and one after, no Watch.
+func TestTaskResultWaitsOnLocalRunner(t *testing.T) {
+	var cs *countingStore
+	e := newTaskEnvWrapped(t, "", Config{}, func(s taskstore.Store) taskstore.Store {
+		cs = &countingStore{Store: s, calls: make(map[string]int)}
+		return cs
+	})
+	task := e.createTask(alice, "block", `{}`, `{}`)
+	pollUntil(t, 5*time.Second, func() bool { return e.up.toolCalls() == 1 }, "the upstream call")
+	before := cs.callsExcept()
+	waiter := make(chan rpcReply, 1)
+	go func() {
+		waiter <- e.call(alice, "w", "tasks/result", fmt.Sprintf(`{"taskId":%q}`, task.TaskID))
+	}()
+	pollUntil(t, 5*time.Second, func() bool { return cs.callsExcept()["Outcome"] == before["Outcome"]+1 }, "the waiter's first read")
+	e.up.releaseAll()
+	r := <-waiter
+	if r.Error != nil || !strings.Contains(string(r.Result), `"text":"released"`) || !strings.Contains(string(r.Result), task.TaskID) {
+		t.Fatalf("tasks/result = %s, want the released result with its related task", r.raw)
+	}
+	after := cs.callsExcept()
+	if n := after["Outcome"] - before["Outcome"]; n != 2 {
+		t.Errorf("tasks/result read the outcome %d times, want 2 (before and after the wait)", n)
+	}
+	if n := after["Watch"] + after["WatchKinds"] - before["Watch"] - before["WatchKinds"]; n != 0 {
+		t.Errorf("tasks/result subscribed %d times, want 0 (it waits on the local runner)", n)
+	}
+}
+
+// T-58, E-29 across replicas: the call runs on A and a tasks/result waits
+// on A; a tasks/cancel through B reaches A's runner (through the store) and
+// the waiter answers that the task was cancelled; the upstream is told.
+func TestCancelThroughReplicaWakesLocalWaiter(t *testing.T) {
+	e := newTaskEnv(t, "", Config{})
+	b := e.replica(Config{})
+	task := e.createTask(alice, "block", `{}`, `{}`)
+	pollUntil(t, 5*time.Second, func() bool { return e.up.toolCalls() == 1 }, "the upstream call")
+	blocked := make(chan rpcReply, 1)
+	go func() {
+		blocked <- e.call(alice, "wait", "tasks/result", fmt.Sprintf(`{"taskId":%q}`, task.TaskID))
+	}()
+	pollUntil(t, 5*time.Second, func() bool { return testutil.ToFloat64(e.h.m.inflight) == 1 }, "the waiter to block")
+	r := b.call(alice, 7, "tasks/cancel", fmt.Sprintf(`{"taskId":%q}`, task.TaskID))
+	if r.Error != nil || !strings.Contains(string(r.Result), `"status":"cancelled"`) {
+		t.Fatalf("tasks/cancel through B = %s, want the cancelled task", r.raw)
+	}
+	select {
+	case br := <-blocked:
+		wantRPCError(t, br, codeInternalError, "cancelled")
+	case <-time.After(5 * time.Second):
+		t.Fatal("tasks/result waiting on the runner's process did not return after a cancel through another replica")
+	}
+	pollUntil(t, 5*time.Second, func() bool {
+		_, cancelled, aborted := e.up.snapshot()
+		return len(cancelled) == 1 && aborted == 1
+	}, "notifications/cancelled and the aborted upstream request")
 }
 
 // E-31, E-32, T-30: a task is gone once its ttl passed; a working one has

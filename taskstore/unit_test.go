@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/taskgate/taskgate/taskstore/redistest"
 )
 
 func TestNewID_T17_T20(t *testing.T) {
@@ -287,6 +290,52 @@ func TestClassify(t *testing.T) {
 	for _, tt := range tests {
 		if got := classify([]byte(tt.msg)); got != tt.want {
 			t.Errorf("classify(%q) = %c, want %c", tt.msg, got, tt.want)
+		}
+	}
+}
+
+// Open's clients dial connections go-redis cannot peek at (no per-command
+// health-check system call); a pooled connection the server closed is then
+// found by the next command, which go-redis retries on a new connection.
+func TestOpenOpaqueDialerSurvivesServerClose(t *testing.T) {
+	u := redistest.URL(t)
+	c, err := Open(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rc, ok := c.(*redis.Client)
+	if !ok {
+		t.Fatalf("Open(%q) = %T, want *redis.Client", u, c)
+	}
+	ctx := testCtx(t)
+	conn, err := rc.Options().Dialer(ctx, "tcp", rc.Options().Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, peekable := conn.(syscall.Conn); peekable {
+		t.Error("Open's dialer returns a syscall.Conn; go-redis would health-check it before every command")
+	}
+	conn.Close()
+
+	s, err := NewRedis(c, Config{Prefix: uniquePrefix()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	killer := redis.NewClient(&redis.Options{Addr: rc.Options().Addr, Username: rc.Options().Username, Password: rc.Options().Password})
+	defer killer.Close()
+	for i := range 3 {
+		task := newTask(ownerA)
+		if err := s.Create(ctx, task, CreateOptions{}); err != nil {
+			t.Fatalf("round %d: Create after the server closed the pooled connections: %v", i, err)
+		}
+		if got, err := s.Get(ctx, ownerA, task.ID); err != nil || got.Status != Working {
+			t.Fatalf("round %d: Get = %+v, %v", i, got, err)
+		}
+		// The server drops every other client, including c's pooled connections.
+		if n, err := killer.ClientKillByFilter(ctx, "TYPE", "normal").Result(); err != nil || n == 0 {
+			t.Fatalf("round %d: CLIENT KILL = %d, %v", i, n, err)
 		}
 	}
 }
