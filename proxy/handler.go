@@ -167,11 +167,17 @@ type Handler struct {
 	// after one failed, so pass-through does not wait on a dead store.
 	storeDownUntil atomic.Int64
 
-	root   context.Context
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // runners and result streams
-	bg     sync.WaitGroup // housekeeping loops
-	closed atomic.Bool
+	runq    chan *job     // idle runner goroutines receive jobs here (startJob)
+	closing chan struct{} // closed when Close starts: idle runners exit
+	// runnersStarted and runnersIdle count runner goroutines started and
+	// waiting for a job (tests).
+	runnersStarted atomic.Int64
+	runnersIdle    atomic.Int32
+	root           context.Context
+	cancel         context.CancelFunc
+	wg             sync.WaitGroup // runners and result streams
+	bg             sync.WaitGroup // housekeeping loops
+	closed         atomic.Bool
 }
 
 // New validates cfg and returns a Handler. pol nil means policy.Default();
@@ -232,6 +238,7 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 	h.bgPool = connPool{max: 256, maxIdle: cfg.UpstreamIdleConn}
 	h.limiter = newRateLimiter(cfg.TaskRate, cfg.TaskBurst, 65536)
 	h.root, h.cancel = context.WithCancel(context.Background())
+	h.runq, h.closing = make(chan *job), make(chan struct{})
 	h.hc = &fasthttp.HostClient{
 		Addr:                          h.upAddr,
 		Name:                          "taskgate",
@@ -259,6 +266,7 @@ func (h *Handler) Close(ctx context.Context) error {
 	if h.closed.Swap(true) {
 		return nil
 	}
+	close(h.closing)
 	done := make(chan struct{})
 	go func() { h.wg.Wait(); close(done) }()
 	select {

@@ -59,6 +59,46 @@ func newJob(t *taskstore.Task, req *fasthttp.Request, st policy.Settings, sessio
 	return j
 }
 
+// startJob runs j on an idle runner goroutine, or on a new one. Runner
+// goroutines are reused: a fresh goroutine grows its stack (copying it)
+// on the way through the upstream call and the store, for every task.
+func (h *Handler) startJob(j *job) {
+	select {
+	case h.runq <- j:
+		return
+	default:
+	}
+	h.wg.Add(1)
+	h.runnersStarted.Add(1)
+	go h.runner(j)
+}
+
+// runnerIdle is how long a runner goroutine waits for another job.
+const runnerIdle = 10 * time.Second
+
+// runner runs j, then further jobs handed to it by startJob until it has
+// been idle for runnerIdle or the Handler closes.
+func (h *Handler) runner(j *job) {
+	defer h.wg.Done()
+	idle := time.NewTimer(runnerIdle)
+	defer idle.Stop()
+	for {
+		h.run(j)
+		idle.Reset(runnerIdle)
+		h.runnersIdle.Add(1)
+		select {
+		case j = <-h.runq:
+			h.runnersIdle.Add(-1)
+		case <-idle.C:
+			h.runnersIdle.Add(-1)
+			return
+		case <-h.closing:
+			h.runnersIdle.Add(-1)
+			return
+		}
+	}
+}
+
 // settle closes j.settled (once).
 func (j *job) settle() { j.settleOnce.Do(func() { close(j.settled) }) }
 
@@ -91,7 +131,6 @@ func (h *Handler) run(j *job) {
 		h.m.runningNow.Add(-1)
 		h.tools.release(t.Tool)
 		fasthttp.ReleaseRequest(j.req)
-		h.wg.Done()
 	}()
 
 	ctx, cancel := j.ctx, j.cancel

@@ -163,8 +163,7 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 		Dur("ttl", t.TTL).Msg("task created")
 	j := newJob(t, req, st, sess)
 	h.jobs.Store(t.ID, j)
-	h.wg.Add(1)
-	go h.run(j)
+	h.startJob(j)
 
 	res := make([]byte, 0, 256)
 	res = append(res, `{"task":`...)

@@ -557,6 +557,32 @@ func TestTaskResultWaitsOnLocalRunner(t *testing.T) {
 	}
 }
 
+// Runner goroutines are reused: tasks that run one after the other run on
+// one goroutine; concurrent ones each get their own.
+func TestRunnerGoroutinesReused(t *testing.T) {
+	e := newTaskEnv(t, "", Config{})
+	for i := range 5 {
+		task := e.createTask(alice, "echo", fmt.Sprintf(`{"text":"n%d"}`, i), `{}`)
+		e.waitStatus(alice, task.TaskID, "completed")
+		pollUntil(t, 5*time.Second, func() bool { return e.h.runnersIdle.Load() == 1 }, "the runner to wait for the next job")
+	}
+	if n := e.h.runnersStarted.Load(); n != 1 {
+		t.Errorf("5 tasks in a row started %d runner goroutines, want 1", n)
+	}
+	var tasks []wireTask
+	for range 3 {
+		tasks = append(tasks, e.createTask(alice, "block", `{}`, `{}`))
+	}
+	pollUntil(t, 5*time.Second, func() bool { return e.up.toolCalls() == 8 }, "3 concurrent upstream calls")
+	if n := e.h.runnersStarted.Load(); n != 3 {
+		t.Errorf("3 concurrent tasks after an idle runner: %d runner goroutines started in all, want 3", n)
+	}
+	e.up.releaseAll()
+	for _, task := range tasks {
+		e.waitStatus(alice, task.TaskID, "completed")
+	}
+}
+
 // T-58, E-29 across replicas: the call runs on A and a tasks/result waits
 // on A; a tasks/cancel through B reaches A's runner (through the store) and
 // the waiter answers that the task was cancelled; the upstream is told.
