@@ -38,6 +38,10 @@ type job struct {
 	// on it (localSettled) before it reads the store.
 	settled    chan struct{}
 	settleOnce sync.Once
+	// finalTask and finalOut are what Finish stored, when it succeeded; set
+	// before settled is closed, read only after.
+	finalTask *taskstore.Task
+	finalOut  *taskstore.Outcome
 
 	// ctx bounds the call: the policy timeout, the task's expiry, and
 	// cancel (a tasks/cancel, shutdown) with the reason as its cause.
@@ -268,8 +272,12 @@ func (h *Handler) finish(j *job, res callResult) {
 	}
 	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 2*time.Second) {
 		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.StoreTimeout)
-		_, err = h.store.Finish(ctx, j.t.Owner, j.t.ID, res.status, res.msg, res.out)
+		var ft *taskstore.Task
+		ft, err = h.store.Finish(ctx, j.t.Owner, j.t.ID, res.status, res.msg, res.out)
 		cancel()
+		if err == nil {
+			j.finalTask, j.finalOut = ft, &res.out
+		}
 		if h.root.Err() != nil && deadline.After(time.Now().Add(h.cfg.StoreTimeout)) {
 			deadline = time.Now().Add(h.cfg.StoreTimeout) // shutting down: do not hold it up
 		}

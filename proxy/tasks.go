@@ -241,6 +241,12 @@ func (h *Handler) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 		h.log.Info().Str(logTaskID, taskID).Str(logOwner, owner).Msg("task cancelled")
 		h.rpcResult(rc, env.id, appendTask(make([]byte, 0, 256), t))
 	case methodTasksResult:
+		if h.runsHere(owner, taskID) && !acceptsSSE(&rc.Request.Header) {
+			// The call runs in this process and the task is not terminal
+			// yet: wait for the runner (localSettled), no store read first.
+			h.awaitResult(rc, info, append([]byte(nil), env.id...), owner, taskID, false)
+			return
+		}
 		t, out, err := h.store.Outcome(ctx, owner, taskID)
 		if err != nil {
 			h.storeError(rc, info, env.id, err)
@@ -648,13 +654,9 @@ func (h *Handler) waitTerminal(ctx context.Context, owner, taskID string, tick f
 // or the store read after it settled was not conclusive; the caller then
 // waits through the store as for a remote runner.
 func (h *Handler) localSettled(ctx context.Context, owner, taskID string) (*taskstore.Task, *taskstore.Outcome, bool, error) {
-	v, found := h.jobs.Load(taskID)
-	if !found {
+	j := h.localJob(owner, taskID)
+	if j == nil {
 		return nil, nil, false, nil
-	}
-	j := v.(*job)
-	if j.t.Owner != owner {
-		return nil, nil, false, nil // the store path answers exactly as for an unknown id
 	}
 	read := func() (*taskstore.Task, *taskstore.Outcome, bool, error) {
 		rctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
@@ -673,6 +675,11 @@ func (h *Handler) localSettled(ctx context.Context, owner, taskID string) (*task
 	for {
 		select {
 		case <-j.settled:
+			if t := j.finalTask; t != nil && time.Now().Before(t.ExpiresAt()) {
+				// The runner stored this outcome; a terminal task never
+				// changes, so it is what the store would answer.
+				return t, j.finalOut, true, nil
+			}
 			return read()
 		case <-recheck.C:
 			// Bounds a cancel the runner has not noticed yet.
@@ -684,6 +691,23 @@ func (h *Handler) localSettled(ctx context.Context, owner, taskID string) (*task
 		}
 	}
 }
+
+// localJob returns the job running taskID in this process if it belongs to
+// owner (else nil: the store path answers a foreign id exactly as an
+// unknown one).
+func (h *Handler) localJob(owner, taskID string) *job {
+	v, found := h.jobs.Load(taskID)
+	if !found {
+		return nil
+	}
+	if j := v.(*job); j.t.Owner == owner {
+		return j
+	}
+	return nil
+}
+
+// runsHere reports whether owner's task taskID runs in this process.
+func (h *Handler) runsHere(owner, taskID string) bool { return h.localJob(owner, taskID) != nil }
 
 // recheckInterval bounds how long a lost pub/sub wake-up can delay a
 // tasks/result answer.
