@@ -61,6 +61,10 @@ type Config struct {
 // concurrent use. Close releases its Watch subscription.
 type Redis struct {
 	rdb  redis.UniversalClient
+	// fused: the lease zset is updated inside createCmd and terminateCmd
+	// (one script per operation) rather than by a second pipelined command;
+	// only possible when all keys live on one node, i.e. not on a Cluster.
+	fused bool
 	k    keys
 	now  func() time.Time
 	mac  []byte // cursor HMAC key
@@ -103,7 +107,8 @@ func NewRedis(rdb redis.UniversalClient, cfg Config) (*Redis, error) {
 	case len(mac) < 16:
 		return nil, errors.New("taskstore: NewRedis: CursorKey shorter than 16 bytes")
 	}
-	s := &Redis{rdb: rdb, k: keys{prefix: cfg.Prefix}, now: cfg.Now, mac: mac, sTTL: cfg.SessionTTL}
+	_, cluster := rdb.(*redis.ClusterClient)
+	s := &Redis{rdb: rdb, fused: !cluster, k: keys{prefix: cfg.Prefix}, now: cfg.Now, mac: mac, sTTL: cfg.SessionTTL}
 	s.hub.rdb = rdb
 	return s, nil
 }
@@ -126,11 +131,12 @@ func (s *Redis) nowMS() int64 { return s.now().UnixMilli() }
 
 // Create implements Store. It validates t, fills in t.ID (NewID when empty),
 // t.Status (working), t.CreatedAt and t.UpdatedAt (both the store clock,
-// ms precision), and stores it with a lease for t.Runner: createCmd on the
-// owner's slot pipelined with leaseAddCmd on the lease zset, one round
-// trip. t.StatusMessage is kept as the initial message. opt.Lease <= 0
-// means DefaultLease. With ErrOwnerLimit nothing is stored (the pipelined
-// lease entry is removed by a second, error-path-only request).
+// ms precision), and stores it with a lease for t.Runner in one round
+// trip: createCmd, which also adds the lease entry on a single node; on a
+// Cluster createCmd on the owner's slot pipelined with leaseAddCmd on the
+// lease zset. t.StatusMessage is kept as the initial message. opt.Lease <= 0
+// means DefaultLease. With ErrOwnerLimit nothing is stored (on a Cluster the
+// pipelined lease entry is removed by a second, error-path-only request).
 func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 	if t == nil {
 		return errors.New("taskstore: create: nil task")
@@ -167,13 +173,18 @@ func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 	deadline := now + lease.Milliseconds()
 	member := leaseMember(t.Owner, t.ID)
 
-	res, err := s.pipe(ctx, []scriptCall{
-		{createCmd, []string{s.k.task(t.Owner, t.ID), s.k.index(t.Owner), s.k.live(t.Owner)}, []any{
-			t.ID, now, exp, keep, opt.MaxPerOwner, deadline, ttl, t.PollInterval.Milliseconds(),
-			t.Tool, t.UpstreamID, t.Runner, t.StatusMessage, s.k.taskPrefix(t.Owner), t.Session,
-		}},
-		{leaseAddCmd, []string{s.k.leases()}, []any{member, deadline, keep, now}},
-	}, nil)
+	create := scriptCall{createCmd, []string{s.k.task(t.Owner, t.ID), s.k.index(t.Owner), s.k.live(t.Owner)}, []any{
+		t.ID, now, exp, keep, opt.MaxPerOwner, deadline, ttl, t.PollInterval.Milliseconds(),
+		t.Tool, t.UpstreamID, t.Runner, t.StatusMessage, s.k.taskPrefix(t.Owner), t.Session,
+	}}
+	calls := []scriptCall{create, {leaseAddCmd, []string{s.k.leases()}, []any{member, deadline, keep, now}}}
+	if s.fused {
+		create.keys = append(create.keys, s.k.leases())
+		create.args = append(create.args, member)
+		calls = calls[:1]
+		calls[0] = create
+	}
+	res, err := s.pipe(ctx, calls, nil)
 	if err != nil {
 		return wrapErr("create", t.ID, err)
 	}
@@ -181,8 +192,10 @@ func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 	if err != nil {
 		return wrapErr("create", t.ID, err)
 	}
-	if err := res[1].Err(); err != nil {
-		return wrapErr("create", t.ID, err)
+	if len(res) > 1 {
+		if err := res[1].Err(); err != nil {
+			return wrapErr("create", t.ID, err)
+		}
 	}
 	switch code {
 	case codeOK:
@@ -193,9 +206,11 @@ func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 		t.PollInterval = t.PollInterval.Truncate(time.Millisecond)
 		return nil
 	case codeLimit:
-		// Best effort: the lease entry was added in the same pipeline. If
-		// this fails, Recover drops it (it tolerates missing tasks).
-		_ = s.rdb.ZRem(ctx, s.k.leases(), member).Err()
+		if !s.fused {
+			// Best effort: the lease entry was added in the same pipeline.
+			// If this fails, Recover drops it (it tolerates missing tasks).
+			_ = s.rdb.ZRem(ctx, s.k.leases(), member).Err()
+		}
 		return ErrOwnerLimit
 	case codeTerminal:
 		// The id is taken (a caller-chosen duplicate; NewID ids don't
@@ -271,8 +286,8 @@ func (s *Redis) Update(ctx context.Context, owner, id string, st Status, msg str
 	return s.taskReply("update", owner, id, cmd)
 }
 
-// Finish implements Store: terminateCmd pipelined with the lease removal,
-// one round trip. st must be Completed or Failed and out.Kind one of
+// Finish implements Store: terminateCmd, which also removes the lease entry
+// (pipelined with a ZREM on a Cluster), one round trip. st must be Completed or Failed and out.Kind one of
 // OutcomeResult, OutcomeError, OutcomeInternal; out.Raw is stored verbatim.
 // msg replaces the status message (T-25: say why a task failed).
 func (s *Redis) Finish(ctx context.Context, owner, id string, st Status, msg string, out Outcome) (*Task, error) {
@@ -303,14 +318,19 @@ func (s *Redis) terminate(ctx context.Context, op, owner, id string, st Status, 
 		keepQueue = "1"
 	}
 	leases, member := s.k.leases(), leaseMember(owner, id)
-	res, err := s.pipe(ctx, []scriptCall{{terminateCmd, s.terminateKeys(owner, id),
+	call := scriptCall{terminateCmd, s.terminateKeys(owner, id),
 		[]any{string(st), msg, s.nowMS(), s.k.events(owner, id), string(out.Kind), []byte(out.Raw), 0, id,
 			s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner), keepQueue},
-	}}, func(p redis.Pipeliner) {
-		// Removing the lease even when the script refuses is fine: a
-		// terminal or missing task needs none.
-		p.ZRem(ctx, leases, member)
-	})
+	}
+	// Removing the lease even when the script refuses is fine: a terminal
+	// or missing task needs none.
+	removeLease := func(p redis.Pipeliner) { p.ZRem(ctx, leases, member) }
+	if s.fused {
+		call.keys = append(call.keys, leases)
+		call.args = append(call.args, member)
+		removeLease = nil
+	}
+	res, err := s.pipe(ctx, []scriptCall{call}, removeLease)
 	if err != nil {
 		return nil, wrapErr(op, id, err)
 	}
@@ -503,6 +523,15 @@ type scriptCall struct {
 // loads them. extra's commands must be idempotent. The returned error is a
 // transport error; script errors are on the commands.
 func (s *Redis) pipe(ctx context.Context, calls []scriptCall, extra func(redis.Pipeliner)) ([]*redis.Cmd, error) {
+	if len(calls) == 1 && extra == nil {
+		// One command: no pipeline (Run is EVALSHA, EVAL on NOSCRIPT).
+		c := calls[0]
+		cmd := c.script.Run(ctx, s.rdb, c.keys, c.args...)
+		if err := transportErr([]redis.Cmder{cmd}, cmd.Err()); err != nil {
+			return nil, err
+		}
+		return []*redis.Cmd{cmd}, nil
+	}
 	res := make([]*redis.Cmd, len(calls))
 	p := s.rdb.Pipeline()
 	for i, c := range calls {

@@ -118,6 +118,9 @@ const (
 // ARGV[9] tool, ARGV[10] upstream id, ARGV[11] runner, ARGV[12] status
 // message, ARGV[13] task key prefix P:{owner}:task: (same slot), ARGV[14]
 // session ("" for none).
+// Optional, on a single node (not Cluster), where every key is reachable
+// from one script: KEYS[4] the lease zset and ARGV[15] the lease member
+// (leaseAddCmd's work, done only when the task is stored).
 //
 // Returns {1} stored, {-1} id exists, {-2} owner at MaxPerOwner (nothing
 // written). With a cap, live members whose expiry passed are dropped first
@@ -150,6 +153,10 @@ redis.call("ZADD", KEYS[3], ARGV[3], ARGV[1])
 local keep = tonumber(ARGV[4])
 extend(KEYS[2], keep, now)
 extend(KEYS[3], keep, now)
+if KEYS[4] then
+  redis.call("ZADD", KEYS[4], ARGV[6], ARGV[15])
+  extend(KEYS[4], keep, now)
+end
 return {1}
 `)
 
@@ -211,9 +218,13 @@ return reply(1, v)
 // unless the task's lease deadline < cutoff), ARGV[8] id, ARGV[9] session
 // queued-set prefix P:{owner}:sq:, ARGV[10] session channel prefix,
 // ARGV[11] "1" to keep queued notifications (Finish).
+// Optional, on a single node (Finish and Cancel; not Cluster, not Recover):
+// KEYS[6] the lease zset and ARGV[12] the lease member, removed first
+// whatever the outcome (a terminal or missing task needs no lease).
 // Returns {1, meta...} after the change, {0} missing or expired,
 // {-1} terminal, {-2} lease not expired.
 var terminateCmd = redis.NewScript(luaPrelude + `
+if KEYS[6] then redis.call("ZREM", KEYS[6], ARGV[12]) end
 local now = tonumber(ARGV[3])
 local v = meta(KEYS[1])
 if not alive(v, now) then return {0} end
