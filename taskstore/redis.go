@@ -60,16 +60,16 @@ type Config struct {
 // Lua scripts that refuse to leave a terminal status. It is safe for
 // concurrent use. Close releases its Watch subscription.
 type Redis struct {
-	rdb  redis.UniversalClient
+	rdb redis.UniversalClient
 	// fused: the lease zset is updated inside createCmd and terminateCmd
 	// (one script per operation) rather than by a second pipelined command;
 	// only possible when all keys live on one node, i.e. not on a Cluster.
 	fused bool
-	k    keys
-	now  func() time.Time
-	mac  []byte // cursor HMAC key
-	sTTL time.Duration
-	hub  hub
+	k     keys
+	now   func() time.Time
+	mac   []byte // cursor HMAC key
+	sTTL  time.Duration
+	hub   hub
 
 	closeOnce sync.Once
 	closeErr  error
