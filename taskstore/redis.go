@@ -32,6 +32,12 @@ const (
 // stale members are pruned by listCmd and createCmd.
 const indexSlack = time.Minute
 
+// keepStep rounds the keep-until time Create gives those zsets up to a
+// multiple of it, so the creates of one step find the expiry already far
+// enough and skip the PEXPIREAT: the zsets outlive their latest task by
+// indexSlack plus less than keepStep.
+const keepStep = 10 * time.Second
+
 // Config configures a Redis store. Zero fields mean the documented defaults.
 type Config struct {
 	// Prefix starts every key (default "taskgate"). It must not contain
@@ -169,7 +175,8 @@ func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 	now := s.nowMS()
 	ttl := t.TTL.Milliseconds()
 	exp := now + ttl
-	keep := exp + indexSlack.Milliseconds()
+	step := keepStep.Milliseconds()
+	keep := (exp + indexSlack.Milliseconds() + step - 1) / step * step
 	deadline := now + lease.Milliseconds()
 	member := leaseMember(t.Owner, t.ID)
 

@@ -123,23 +123,25 @@ const (
 // (leaseAddCmd's work, done only when the task is stored).
 //
 // Returns {1} stored, {-1} id exists, {-2} owner at MaxPerOwner (nothing
-// written). With a cap, live members whose expiry passed are dropped first
-// (without one they stay until the zset's own TTL); at the cap,
-// members whose task hash is gone (expired on the server's clock, evicted)
-// are dropped too before the count is final. The index score is now, or the current highest score + 1 when
+// written). With a cap, once the live zset reaches it, members whose expiry
+// passed are dropped (without a cap they stay until the zset's own TTL);
+// if still at the cap, members whose task hash is gone (expired on the
+// server's clock, evicted) are dropped too before the count is final. The index score is now, or the current highest score + 1 when
 // that is not below now, so creation order is strict per owner and a task
 // created while a client pages always sorts after the pages already read.
 var createCmd = redis.NewScript(luaPrelude + `
 local now = tonumber(ARGV[2])
 if redis.call("EXISTS", KEYS[1]) == 1 then return {-1} end
 local max = tonumber(ARGV[5])
-if max > 0 then redis.call("ZREMRANGEBYSCORE", KEYS[3], "-inf", ARGV[2]) end
 if max > 0 and redis.call("ZCARD", KEYS[3]) >= max then
-  local ids = redis.call("ZRANGE", KEYS[3], 0, -1)
-  for i = 1, #ids do
-    if redis.call("EXISTS", ARGV[13] .. ids[i]) == 0 then redis.call("ZREM", KEYS[3], ids[i]) end
+  redis.call("ZREMRANGEBYSCORE", KEYS[3], "-inf", ARGV[2])
+  if redis.call("ZCARD", KEYS[3]) >= max then
+    local ids = redis.call("ZRANGE", KEYS[3], 0, -1)
+    for i = 1, #ids do
+      if redis.call("EXISTS", ARGV[13] .. ids[i]) == 0 then redis.call("ZREM", KEYS[3], ids[i]) end
+    end
+    if redis.call("ZCARD", KEYS[3]) >= max then return {-2} end
   end
-  if redis.call("ZCARD", KEYS[3]) >= max then return {-2} end
 end
 local score = now
 local top = redis.call("ZRANGE", KEYS[2], -1, -1, "WITHSCORES")
@@ -237,8 +239,11 @@ end
 v[1] = ARGV[1]
 v[2] = ARGV[2]
 v[4] = ms(math.max(now, tonumber(v[4])))
-redis.call("HSET", KEYS[1], "status", v[1], "msg", v[2], "updated", v[4])
-if ARGV[5] ~= "" then redis.call("HSET", KEYS[1], "okind", ARGV[5], "out", ARGV[6]) end
+if ARGV[5] ~= "" then
+  redis.call("HSET", KEYS[1], "status", v[1], "msg", v[2], "updated", v[4], "okind", ARGV[5], "out", ARGV[6])
+else
+  redis.call("HSET", KEYS[1], "status", v[1], "msg", v[2], "updated", v[4])
+end
 redis.call("HDEL", KEYS[1], "lease")
 redis.call("ZREM", KEYS[2], ARGV[8])
 local kept = 0
@@ -246,21 +251,23 @@ if ARGV[11] == "1" then
   -- Finish: notifications queued before the end stay deliverable (they
   -- precede the result); requests are moot once the upstream answered.
   local q = redis.call("LRANGE", KEYS[3], 0, -1)
-  redis.call("DEL", KEYS[3])
-  for i = 1, #q do
-    if string.sub(q[i], 1, 1) ~= "r" then
-      redis.call("RPUSH", KEYS[3], q[i])
-      kept = kept + 1
+  if #q > 0 then
+    redis.call("DEL", KEYS[3])
+    for i = 1, #q do
+      if string.sub(q[i], 1, 1) ~= "r" then
+        redis.call("RPUSH", KEYS[3], q[i])
+        kept = kept + 1
+      end
+    end
+    if kept > 0 then
+      local pttl = redis.call("PTTL", KEYS[1])
+      if pttl > 0 then redis.call("PEXPIRE", KEYS[3], pttl) end
     end
   end
-  if kept > 0 then
-    local pttl = redis.call("PTTL", KEYS[1])
-    if pttl > 0 then redis.call("PEXPIRE", KEYS[3], pttl) end
-  end
+  redis.call("DEL", KEYS[4], KEYS[5])
 else
-  redis.call("DEL", KEYS[3])
+  redis.call("DEL", KEYS[3], KEYS[4], KEYS[5])
 end
-redis.call("DEL", KEYS[4], KEYS[5])
 redis.call("PUBLISH", ARGV[4], "t")
 if v[10] and v[10] ~= "" then
   if kept == 0 then redis.call("SREM", ARGV[9] .. v[10], ARGV[8]) end

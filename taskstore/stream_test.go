@@ -623,9 +623,9 @@ func testStreamKeysExpire(t *testing.T, b *backend) {
 		s.k.listening(ownerA, task.ID):  ttl,
 		s.k.pending(ownerA, sessA, "2"): ttl,
 		s.k.sessQueued(ownerA, sessA):   ttl + indexSlack,
-		s.k.index(ownerA):               ttl + indexSlack,
-		s.k.live(ownerA):                ttl + indexSlack,
-		s.k.leases():                    ttl + indexSlack,
+		s.k.index(ownerA):               ttl + indexSlack + keepStep,
+		s.k.live(ownerA):                ttl + indexSlack + keepStep,
+		s.k.leases():                    ttl + indexSlack + keepStep,
 	}
 	got := map[string]time.Duration{}
 	for _, k := range scanKeys(t, b.raw, b.prefix) {
@@ -654,7 +654,7 @@ func testStreamKeysExpire(t *testing.T, b *backend) {
 		t.Errorf("mark still set after SetListening(0)")
 	}
 	if b.fastForward != nil {
-		b.fastForward(ttl + indexSlack + time.Millisecond)
+		b.fastForward(ttl + indexSlack + keepStep + time.Millisecond)
 	} else {
 		waitFor(t, 5*time.Second, func() bool { return b.raw.Exists(ctx, s.k.queue(ownerA, task.ID)).Val() == 0 })
 	}

@@ -920,8 +920,8 @@ func testNothingLeaks(t *testing.T, b *backend) {
 		}
 		checkTTLs(t, b, st.name)
 	}
-	// Keys never outlive the last task by more than indexSlack.
-	ttlMax := dayTTL + indexSlack + time.Second
+	// Keys never outlive the last task by more than indexSlack (+ keepStep).
+	ttlMax := dayTTL + indexSlack + keepStep + time.Second
 	for _, k := range scanKeys(t, b.raw, b.prefix) {
 		if d := b.raw.PTTL(ctx, k).Val(); d > max(ttlMax, DefaultSessionTTL) {
 			t.Errorf("key %s PTTL %v exceeds the longest task TTL + slack", k, d)
