@@ -228,12 +228,33 @@ func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 	}
 }
 
+// metaArgs and outcomeArgs are metaFields and outcomeFields as HMGET
+// arguments, converted to interface values once rather than on every call.
+var metaArgs, outcomeArgs = anys(metaFields), anys(outcomeFields)
+
+func anys(ss []string) []any {
+	a := make([]any, len(ss))
+	for i, s := range ss {
+		a[i] = s
+	}
+	return a
+}
+
+// hmget is HMGET key fields... (fields from metaArgs or outcomeArgs).
+func (s *Redis) hmget(ctx context.Context, key string, fields []any) ([]any, error) {
+	args := make([]any, 0, 2+len(fields))
+	args = append(args, "hmget", key)
+	cmd := redis.NewSliceCmd(ctx, append(args, fields...)...)
+	_ = s.rdb.Process(ctx, cmd)
+	return cmd.Result()
+}
+
 // Get implements Store with one HMGET.
 func (s *Redis) Get(ctx context.Context, owner, id string) (*Task, error) {
 	if !validOwner(owner) || !validID(id) {
 		return nil, ErrNotFound
 	}
-	vals, err := s.rdb.HMGet(ctx, s.k.task(owner, id), metaFields...).Result()
+	vals, err := s.hmget(ctx, s.k.task(owner, id), metaArgs)
 	if err != nil {
 		return nil, wrapErr("get", id, err)
 	}
@@ -247,7 +268,7 @@ func (s *Redis) Outcome(ctx context.Context, owner, id string) (*Task, *Outcome,
 	if !validOwner(owner) || !validID(id) {
 		return nil, nil, ErrNotFound
 	}
-	vals, err := s.rdb.HMGet(ctx, s.k.task(owner, id), outcomeFields...).Result()
+	vals, err := s.hmget(ctx, s.k.task(owner, id), outcomeArgs)
 	if err != nil {
 		return nil, nil, wrapErr("outcome", id, err)
 	}
