@@ -71,6 +71,7 @@ type Redis struct {
 	// (one script per operation) rather than by a second pipelined command;
 	// only possible when all keys live on one node, i.e. not on a Cluster.
 	fused bool
+	reads *readBatcher // batches the HMGETs of Get and Outcome
 	k     keys
 	now   func() time.Time
 	mac   []byte // cursor HMAC key
@@ -115,6 +116,7 @@ func NewRedis(rdb redis.UniversalClient, cfg Config) (*Redis, error) {
 	}
 	_, cluster := rdb.(*redis.ClusterClient)
 	s := &Redis{rdb: rdb, fused: !cluster, k: keys{prefix: cfg.Prefix}, now: cfg.Now, mac: mac, sTTL: cfg.SessionTTL}
+	s.reads = newReadBatcher(rdb)
 	s.hub.rdb = rdb
 	return s, nil
 }
@@ -124,6 +126,7 @@ func NewRedis(rdb redis.UniversalClient, cfg Config) (*Redis, error) {
 // does not close a client passed to NewRedis. Close is idempotent.
 func (s *Redis) Close() error {
 	s.closeOnce.Do(func() {
+		s.reads.close()
 		errs := []error{s.hub.close()}
 		for _, f := range s.onClose {
 			errs = append(errs, f())
@@ -240,16 +243,20 @@ func anys(ss []string) []any {
 	return a
 }
 
-// hmget is HMGET key fields... (fields from metaArgs or outcomeArgs).
+// hmget is HMGET key fields... (fields from metaArgs or outcomeArgs), run
+// in a batch with the other reads waiting at the same moment.
 func (s *Redis) hmget(ctx context.Context, key string, fields []any) ([]any, error) {
 	args := make([]any, 0, 2+len(fields))
 	args = append(args, "hmget", key)
 	cmd := redis.NewSliceCmd(ctx, append(args, fields...)...)
-	_ = s.rdb.Process(ctx, cmd)
+	if err := s.reads.do(ctx, cmd); err != nil {
+		return nil, err
+	}
 	return cmd.Result()
 }
 
-// Get implements Store with one HMGET.
+// Get implements Store with one HMGET (batched with concurrent reads:
+// readBatcher).
 func (s *Redis) Get(ctx context.Context, owner, id string) (*Task, error) {
 	if !validOwner(owner) || !validID(id) {
 		return nil, ErrNotFound

@@ -3,9 +3,11 @@ package taskstore
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -337,5 +339,108 @@ func TestOpenOpaqueDialerSurvivesServerClose(t *testing.T) {
 		if n, err := killer.ClientKillByFilter(ctx, "TYPE", "normal").Result(); err != nil || n == 0 {
 			t.Fatalf("round %d: CLIENT KILL = %d, %v", i, n, err)
 		}
+	}
+}
+
+// Concurrent reads share pipelines (readBatcher): every caller gets its own
+// task back, and reads queued while a batch runs go out together.
+func TestReadBatching(t *testing.T) {
+	for name, b := range map[string]func(testing.TB) *backend{"miniredis": miniBackend, "redis-server": redisServer(t)} {
+		t.Run(name, func(t *testing.T) {
+			be := b(t)
+			s := be.open(t, Config{})
+			ctx := testCtx(t)
+			tasks := make([]*Task, 32)
+			for i := range tasks {
+				tasks[i] = newTask(ownerA)
+				tasks[i].Tool = fmt.Sprintf("tool-%d", i)
+				if err := s.Create(ctx, tasks[i], CreateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Hold the readers' first batches until more reads are queued.
+			hook := &holdHook{release: make(chan struct{}), held: make(chan struct{}, 1)}
+			s.rdb.AddHook(hook)
+			errs := make(chan error, len(tasks))
+			for _, task := range tasks {
+				go func() {
+					got, err := s.Get(ctx, ownerA, task.ID)
+					if err == nil && (got.ID != task.ID || got.Tool != task.Tool) {
+						err = fmt.Errorf("Get(%s) = task %s tool %s, want tool %s", task.ID, got.ID, got.Tool, task.Tool)
+					}
+					errs <- err
+				}()
+			}
+			select {
+			case <-hook.held:
+			case <-time.After(5 * time.Second):
+				close(hook.release)
+				t.Fatal("no read went out as a pipeline: reads are not batched")
+			}
+			defer func() {
+				select {
+				case <-hook.release:
+				default:
+					close(hook.release) // never leave readers blocked
+				}
+			}()
+			// Every read is either in a held batch or queued.
+			waitFor(t, 5*time.Second, func() bool { return int(hook.heldCmds.Load())+len(s.reads.reqs) == len(tasks) })
+			close(hook.release)
+			for range tasks {
+				if err := <-errs; err != nil {
+					t.Error(err)
+				}
+			}
+			// Two readers: their two held batches, then the queue in at most
+			// one batch each.
+			if n := hook.pipelines.Load(); n > 2*batchReaders {
+				t.Errorf("%d reads went out in %d pipelines (largest %d commands); want at most %d", len(tasks), n, hook.maxBatch.Load(), 2*batchReaders)
+			}
+			// A read whose context ended returns at once; the store still works.
+			dead, cancel := context.WithCancel(ctx)
+			cancel()
+			if _, err := s.Get(dead, ownerA, tasks[0].ID); !errors.Is(err, ErrUnavailable) && !errors.Is(err, context.Canceled) {
+				t.Errorf("Get with a cancelled context = %v", err)
+			}
+			if got, err := s.Get(ctx, ownerA, tasks[1].ID); err != nil || got.ID != tasks[1].ID {
+				t.Errorf("Get after a cancelled read = %+v, %v", got, err)
+			}
+		})
+	}
+}
+
+// holdHook blocks every pipeline until release is closed (so reads queue up
+// behind the readers' first batches) and records pipeline counts and sizes.
+type holdHook struct {
+	release   chan struct{}
+	held      chan struct{}
+	first     atomic.Bool
+	pipelines atomic.Int64
+	maxBatch  atomic.Int64
+	heldCmds  atomic.Int64 // commands in pipelines waiting for release
+}
+
+func (h *holdHook) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h *holdHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h *holdHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.pipelines.Add(1)
+		for n := int64(len(cmds)); ; {
+			m := h.maxBatch.Load()
+			if n <= m || h.maxBatch.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		if h.first.CompareAndSwap(false, true) {
+			h.held <- struct{}{}
+		}
+		select {
+		case <-h.release:
+		default:
+			h.heldCmds.Add(int64(len(cmds)))
+			<-h.release
+		}
+		return next(ctx, cmds)
 	}
 }
