@@ -50,7 +50,7 @@ type job struct {
 	cancelDL context.CancelFunc
 }
 
-// newJob makes the job of a created task; start it with go h.run(j).
+// newJob makes the job of a created task; start it with h.startJob(j).
 func newJob(t *taskstore.Task, req *fasthttp.Request, st policy.Settings, session string) *job {
 	j := &job{t: t, req: req, st: st, session: session, settled: make(chan struct{})}
 	deadline, deadlineCause := t.CreatedAt.Add(st.Timeout), errTimeout

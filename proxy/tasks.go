@@ -644,10 +644,11 @@ func (h *Handler) waitTerminal(ctx context.Context, owner, taskID string, tick f
 }
 
 // localSettled serves the wait of waitTerminal when the task's call runs in
-// this process: it waits for the runner to settle the task and then reads
-// the outcome once, instead of subscribing to the task's events and reading
-// it before and after (two Redis round trips on the pub/sub connection and
-// one read fewer per blocking tasks/result). Every way a running task ends
+// this process: it waits for the runner to settle the task and answers with
+// the outcome the runner stored (or, when the runner stored none, reads it
+// once), instead of subscribing to the task's events and reading it before
+// and after (two round trips on the pub/sub connection and two reads per
+// blocking tasks/result). Every way a running task ends
 // goes through its runner: its own outcome, a timeout, and a cancel or
 // expiry, which the runner sees through its own watch (or lease renewal)
 // when another replica made it. ok is false when the call does not run here
