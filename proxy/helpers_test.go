@@ -289,6 +289,31 @@ func (tp *testProxy) do(req *fasthttp.Request) *fasthttp.Response {
 	return resp
 }
 
+// doRefused sends req on a fresh connection while reading the answer at
+// the same time, for requests the server answers before reading their body
+// (413) and then closes: a client that first writes the whole body may
+// fail on the closed connection before it reads the answer.
+func (tp *testProxy) doRefused(req *fasthttp.Request) *fasthttp.Response {
+	tp.tb.Helper()
+	c, err := tp.dial()
+	if err != nil {
+		tp.tb.Fatalf("dial: %v", err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	go func() {
+		bw := bufio.NewWriter(c)
+		if req.Write(bw) == nil {
+			_ = bw.Flush() // fails once the server closed; the answer is read below
+		}
+	}()
+	resp := new(fasthttp.Response)
+	if err := resp.Read(bufio.NewReader(c)); err != nil {
+		tp.tb.Fatalf("%s %s: reading the answer: %v", req.Header.Method(), req.URI(), err)
+	}
+	return resp
+}
+
 // doStream sends req through the proxy and returns the answer once its
 // headers arrived; read the body with resp.BodyStream(). The stream is
 // closed at cleanup.

@@ -665,7 +665,13 @@ func TestRequestRefusals(t *testing.T) {
 				c.MaxBodySize = 4096
 				c.AllowedOrigins = []string{"https://app.example/"}
 			}))
-			resp := tp.do(newPost(tc.body, tc.headers...))
+			req := newPost(tc.body, tc.headers...)
+			var resp *fasthttp.Response
+			if len(tc.body) > 4096 {
+				resp = tp.doRefused(req) // answered before its body is read
+			} else {
+				resp = tp.do(req)
+			}
 			if resp.StatusCode() != tc.wantStatus {
 				t.Fatalf("status = %d, want %d (body %q)", resp.StatusCode(), tc.wantStatus, resp.Body())
 			}
