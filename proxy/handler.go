@@ -19,6 +19,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/taskgate/taskgate/policy"
+	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
@@ -83,6 +84,10 @@ type Config struct {
 	// oldest progress, then log notifications are dropped, never requests.
 	// Default 256.
 	QueueMax int
+	// NetIO makes upstream connections plain net.Conns instead of
+	// sysconn.Conns (direct system calls, see package sysconn). Default
+	// false: direct calls, which cost less CPU per request.
+	NetIO bool
 }
 
 func (c *Config) setDefaults() {
@@ -141,6 +146,9 @@ type Handler struct {
 	m      *Metrics
 	hc     *fasthttp.HostClient
 	dialer net.Dialer
+	// dialTCP opens a plain connection to the upstream, the base of every
+	// upstream connection (tests replace it with an in-memory pipe).
+	dialTCP func(ctx context.Context) (net.Conn, error)
 
 	upAddr  string // host:port
 	upHost  string // host[:port] as in the URL
@@ -157,8 +165,11 @@ type Handler struct {
 	versions versionCache
 	tools    toolLimiter
 	bgPool   connPool // connections for background calls
+	passPool connPool // connections for pass-through (relay)
 	limiter  *rateLimiter
 	macs     sync.Pool // keyed HMAC states (keyedHash)
+	// relayBufs holds *[]byte buffers for reading buffered answers.
+	relayBufs sync.Pool
 	// jobs holds this process's running task calls by task id, so a
 	// tasks/result waiting here on a call running here wakes when the
 	// runner settles it instead of through a Redis subscription.
@@ -235,7 +246,10 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 		}
 	}
 	h.versions.init(8192)
+	h.dialTCP = h.dialSocket
 	h.bgPool = connPool{max: 256, maxIdle: cfg.UpstreamIdleConn}
+	h.passPool = connPool{max: 1024, maxIdle: cfg.UpstreamIdleConn}
+	h.relayBufs.New = func() any { b := make([]byte, 16<<10); return &b }
 	h.limiter = newRateLimiter(cfg.TaskRate, cfg.TaskBurst, 65536)
 	h.root, h.cancel = context.WithCancel(context.Background())
 	h.runq, h.closing = make(chan *job), make(chan struct{})
@@ -279,6 +293,7 @@ func (h *Handler) Close(ctx context.Context) error {
 	h.bg.Wait()
 	h.hc.CloseIdleConnections()
 	h.bgPool.close()
+	h.passPool.close()
 	return nil
 }
 
@@ -321,11 +336,27 @@ const msgLeaseLost = "the taskgate process running this call stopped (its lease 
 // Running reports how many background task calls are in flight.
 func (h *Handler) Running() int64 { return h.m.runningNow.Load() }
 
+// dialSocket is the default dialTCP: a TCP connection whose reads and
+// writes are direct system calls unless Config.NetIO.
+func (h *Handler) dialSocket(ctx context.Context) (net.Conn, error) {
+	c, err := h.dialer.DialContext(ctx, "tcp", h.upAddr)
+	if err != nil {
+		return nil, err
+	}
+	if !h.cfg.NetIO {
+		c = sysconn.Wrap(c)
+	}
+	return c, nil
+}
+
 // dialIdle dials the upstream and wraps the connection so that every read
 // waits at most StreamIdleTimeout (fasthttp's own ReadTimeout would cover
-// the whole body and cut long SSE streams: STYLE pitfall 5).
-func (h *Handler) dialIdle(addr string) (net.Conn, error) {
-	c, err := h.dialer.Dial("tcp", addr)
+// the whole body and cut long SSE streams: STYLE pitfall 5). addr is
+// ignored: there is one upstream (it is HostClient.Dial's signature). The
+// dial is bounded by DialTimeout, not by the handler's life: messages to
+// the upstream at shutdown (notifications/cancelled) still need one.
+func (h *Handler) dialIdle(string) (net.Conn, error) {
+	c, err := h.dialTCP(context.Background())
 	if err != nil {
 		return nil, err
 	}

@@ -195,14 +195,8 @@ func newTestProxy(tb testing.TB, upstreamHandler fasthttp.RequestHandler, opts .
 	}
 	tp.h = h
 	if tp.up != nil && !s.tcp {
-		// Same wrapping as dialIdle, over the in-memory pipe.
-		h.hc.Dial = func(string) (net.Conn, error) {
-			c, err := tp.up.dial()
-			if err != nil {
-				return nil, err
-			}
-			return &idleConn{Conn: c, idle: h.cfg.StreamIdleTimeout, lifetime: h.cfg.StreamMaxLifetime}, nil
-		}
+		// Every upstream connection goes over the in-memory pipe.
+		h.dialTCP = func(context.Context) (net.Conn, error) { return tp.up.dial() }
 	}
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

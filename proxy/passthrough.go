@@ -61,7 +61,7 @@ func (h *Handler) prepareUpstream(rc *fasthttp.RequestCtx, req *fasthttp.Request
 func (h *Handler) pass(rc *fasthttp.RequestCtx, info *reqInfo, id []byte) {
 	h.prepareUpstream(rc, &rc.Request)
 	start := time.Now()
-	err := h.hc.Do(&rc.Request, &rc.Response)
+	err := h.relay(rc)
 	h.m.upstreamLatency.WithLabelValues(metricMethod(info.method)).Observe(time.Since(start).Seconds())
 	if err != nil {
 		h.upstreamFailed(rc, info, id, err)

@@ -304,7 +304,7 @@ func (h *Handler) finish(j *job, res callResult) {
 
 // dialUpstream opens a connection for background calls.
 func (h *Handler) dialUpstream(ctx context.Context) (net.Conn, error) {
-	c, err := h.dialer.DialContext(ctx, "tcp", h.upAddr)
+	c, err := h.dialTCP(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -326,7 +326,7 @@ func (h *Handler) dialUpstream(ctx context.Context) (net.Conn, error) {
 // response read to its end it goes back to the pool.
 type upstreamCall struct {
 	h     *Handler
-	c     *bgConn
+	c     *upConn
 	resp  *fasthttp.Response
 	stop  func() bool
 	reuse bool // the body was read to its end: the connection is clean
@@ -371,7 +371,7 @@ func (h *Handler) roundTrip(ctx context.Context, req *fasthttp.Request) (*upstre
 		if err != nil {
 			return nil, err
 		}
-		c = newBGConn(conn)
+		c = newUpConn(conn)
 	}
 	x := &upstreamCall{h: h, c: c, resp: fasthttp.AcquireResponse()}
 	x.stop = context.AfterFunc(ctx, x.abort)
@@ -393,28 +393,29 @@ func (h *Handler) roundTrip(ctx context.Context, req *fasthttp.Request) (*upstre
 	return x, nil
 }
 
-// bgConn is a background-call connection with its buffers.
-type bgConn struct {
+// upConn is an upstream connection with its buffers, for background calls
+// (bgPool) and pass-through (passPool).
+type upConn struct {
 	net.Conn
 	br        *bufio.Reader
 	bw        *bufio.Writer
 	idleSince time.Time
 }
 
-func newBGConn(c net.Conn) *bgConn {
-	return &bgConn{Conn: c, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriter(c)}
+func newUpConn(c net.Conn) *upConn {
+	return &upConn{Conn: c, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriter(c)}
 }
 
-// connPool keeps idle background connections (LIFO). Safe for concurrent use.
+// connPool keeps idle upstream connections (LIFO). Safe for concurrent use.
 type connPool struct {
 	mu      sync.Mutex
-	idle    []*bgConn
+	idle    []*upConn
 	max     int
 	maxIdle time.Duration
 	closed  bool
 }
 
-func (p *connPool) get() *bgConn {
+func (p *connPool) get() *upConn {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for n := len(p.idle); n > 0; n = len(p.idle) {
@@ -428,7 +429,7 @@ func (p *connPool) get() *bgConn {
 	return nil
 }
 
-func (p *connPool) put(c *bgConn) {
+func (p *connPool) put(c *upConn) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed || len(p.idle) >= p.max {

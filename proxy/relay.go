@@ -1,0 +1,225 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+
+	"github.com/valyala/fasthttp"
+)
+
+// relay sends rc.Request (prepared by prepareUpstream) to the upstream on a
+// pooled connection of passPool and puts the answer in rc.Response.
+//
+// An answer whose body has already arrived whole when its header is read
+// (the usual case for a POST's SSE answer: the upstream writes the event
+// and the end of the chunked body together) is read at once and goes to the
+// client in one write, with a Content-Length, instead of one write for the
+// event and one for the end of the body: one system call and one wake-up of
+// the client less per request. Any other body is streamed: each piece the
+// upstream sends is written to the client as soon as it arrives, so a
+// single SSE event is never held back waiting for the rest.
+//
+// A request is never replayed (STYLE pitfall 13): an error after the
+// request may have reached the upstream is returned to the caller.
+func (h *Handler) relay(rc *fasthttp.RequestCtx) error {
+	req := &rc.Request
+	c := h.passPool.get()
+	if c == nil {
+		var err error
+		if c, err = h.dialPass(); err != nil {
+			return err
+		}
+	}
+	req.URI().DisablePathNormalizing = true
+	err := req.Write(c.bw)
+	if err == nil {
+		err = c.bw.Flush()
+	}
+	if err != nil {
+		_ = c.Close()
+		return err
+	}
+	resp := fasthttp.AcquireResponse()
+	resp.StreamBody = true
+	resp.SkipBody = req.Header.IsHead()
+	if err := resp.Read(c.br); err != nil {
+		fasthttp.ReleaseResponse(resp)
+		_ = c.Close()
+		return err
+	}
+	r := &relayed{h: h, c: c, resp: resp,
+		reusable: !resp.ConnectionClose() && !req.Header.ConnectionClose() && resp.Header.ContentLength() != -2}
+	body := resp.BodyStream()
+	switch {
+	case body == nil:
+		r.eof = true
+	case bodyBuffered(resp, c.br):
+		if err := r.readAll(rc, body); err != nil {
+			r.release()
+			rc.Response.ResetBody()
+			return err
+		}
+	default:
+		resp.Header.CopyTo(&rc.Response.Header)
+		r.body = body
+		rc.Response.SetBodyStream(r, resp.Header.ContentLength())
+		return nil
+	}
+	resp.Header.CopyTo(&rc.Response.Header)
+	r.release()
+	return nil
+}
+
+// dialPass opens a pass-through connection: idle and lifetime limits on
+// every read (dialIdle), TLS when the upstream is https.
+func (h *Handler) dialPass() (*upConn, error) {
+	c, err := h.dialIdle("")
+	if err != nil {
+		return nil, err
+	}
+	if h.upTLS {
+		host, _, _ := net.SplitHostPort(h.upAddr)
+		tc := tls.Client(c, &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12})
+		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.DialTimeout)
+		defer cancel()
+		if err := tc.HandshakeContext(ctx); err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+		c = tc
+	}
+	return newUpConn(c), nil
+}
+
+// bodyBuffered reports whether the rest of resp's body is already in br,
+// so that reading it to its end cannot wait on the upstream.
+func bodyBuffered(resp *fasthttp.Response, br *bufio.Reader) bool {
+	n := br.Buffered()
+	switch cl := resp.Header.ContentLength(); {
+	case cl >= 0:
+		return n >= cl
+	case cl == -1:
+		b, err := br.Peek(n)
+		return err == nil && chunkedComplete(b)
+	}
+	return false // the body ends when the upstream closes the connection
+}
+
+// chunkedComplete reports whether b starts with a whole chunked body
+// (RFC 9112 §7.1): chunks, the last chunk and the trailer section. It only
+// looks at the framing; fasthttp's reader validates it when it decodes.
+func chunkedComplete(b []byte) bool {
+	for {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			return false
+		}
+		size, ok := chunkSize(b[:i])
+		if !ok {
+			return false
+		}
+		b = b[i+1:]
+		if size == 0 {
+			for { // trailer fields, then an empty line
+				i := bytes.IndexByte(b, '\n')
+				if i < 0 {
+					return false
+				}
+				if i == 0 || (i == 1 && b[0] == '\r') {
+					return true
+				}
+				b = b[i+1:]
+			}
+		}
+		if size > len(b) || len(b)-size < 2 {
+			return false
+		}
+		b = b[size+2:] // data and its CRLF
+	}
+}
+
+// chunkSize parses a chunk-size line ("1a;ext=v\r"): hex digits, then
+// optional whitespace, extensions and CR. Sizes over 2^31 are refused (no
+// buffered body is that large).
+func chunkSize(line []byte) (int, bool) {
+	n, digits := 0, 0
+	for _, c := range line {
+		var d int
+		switch {
+		case c >= '0' && c <= '9':
+			d = int(c - '0')
+		case c >= 'a' && c <= 'f':
+			d = int(c-'a') + 10
+		case c >= 'A' && c <= 'F':
+			d = int(c-'A') + 10
+		default:
+			return n, digits > 0
+		}
+		if digits++; digits > 8 {
+			return 0, false
+		}
+		n = n<<4 | d
+	}
+	return n, digits > 0
+}
+
+// relayed is a pass-through answer: its connection goes back to passPool
+// when the body was read to its end and nothing follows it; otherwise the
+// connection is closed (which also aborts an upstream stream the client
+// left). As a body stream it is read and closed by fasthttp's server
+// goroutine, one call at a time.
+type relayed struct {
+	h        *Handler
+	c        *upConn
+	resp     *fasthttp.Response
+	body     io.Reader
+	reusable bool
+	eof      bool
+}
+
+func (r *relayed) Read(p []byte) (int, error) {
+	n, err := r.body.Read(p)
+	if err == io.EOF {
+		r.eof = true
+	}
+	return n, err
+}
+
+// Close releases the answer; fasthttp calls it when the body is written or
+// the client is gone.
+func (r *relayed) Close() error {
+	r.release()
+	return nil
+}
+
+func (r *relayed) release() {
+	_ = r.resp.CloseBodyStream()
+	fasthttp.ReleaseResponse(r.resp)
+	if r.eof && r.reusable && r.c.br.Buffered() == 0 {
+		r.h.passPool.put(r.c)
+	} else {
+		_ = r.c.Close()
+	}
+}
+
+// readAll moves a body that is already buffered into rc.Response.
+func (r *relayed) readAll(rc *fasthttp.RequestCtx, body io.Reader) error {
+	bp := r.h.relayBufs.Get().(*[]byte)
+	defer r.h.relayBufs.Put(bp)
+	buf := *bp
+	for {
+		n, err := body.Read(buf)
+		rc.Response.AppendBody(buf[:n])
+		if err == io.EOF {
+			r.eof = true
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
