@@ -422,7 +422,7 @@ func TestHelpListsFlagsAndEnv(t *testing.T) {
 		"owner-key", "allowed-origins", "rewrite-host", "max-body-size", "max-result-size",
 		"max-tasks-per-owner", "list-page-size", "stream-idle-timeout", "stream-max-lifetime",
 		"upstream-idle-conn", "keepalive", "lease", "shutdown-grace", "store-timeout",
-		"queue-max", "task-rate", "task-burst", "direct-io"}
+		"queue-max", "task-rate", "task-burst", "direct-io", "procs"}
 	for _, f := range flags {
 		env := "TASKGATE_" + strings.ToUpper(strings.ReplaceAll(f, "-", "_"))
 		if !strings.Contains(string(out), "--"+f+"  ["+env+"]") {
@@ -497,5 +497,28 @@ func TestBadStartupExitsNonZero(t *testing.T) {
 				t.Errorf("taskgate %v output does not mention %q:\n%s", tc.args, tc.want, out)
 			}
 		})
+	}
+}
+
+// --procs sets GOMAXPROCS (default 1), as the Go collector's gauge shows.
+func TestProcsApplied(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "go_sched_gomaxprocs_threads 1\n"},
+		{[]string{"--procs", "2"}, "go_sched_gomaxprocs_threads 2\n"},
+	} {
+		g := startTaskgate(t, "http://"+freeAddr(t)+"/mcp", tc.args...)
+		resp, err := http.Get(g.Admin + "/metrics")
+		if err != nil {
+			t.Fatalf("GET /metrics: %v", err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), tc.want) {
+			t.Errorf("taskgate %v: /metrics lacks %q", tc.args, strings.TrimSpace(tc.want))
+		}
 	}
 }

@@ -170,6 +170,7 @@ type Handler struct {
 	macs     sync.Pool // keyed HMAC states (keyedHash)
 	// relayBufs holds *[]byte buffers for reading buffered answers.
 	relayBufs sync.Pool
+	endWait   time.Duration // relay's wait for the end of an SSE answer (endWait; tests change it)
 	// jobs holds this process's running task calls by task id, so a
 	// tasks/result waiting here on a call running here wakes when the
 	// runner settles it instead of through a Redis subscription.
@@ -250,6 +251,7 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 	h.bgPool = connPool{max: 256, maxIdle: cfg.UpstreamIdleConn}
 	h.passPool = connPool{max: 1024, maxIdle: cfg.UpstreamIdleConn}
 	h.relayBufs.New = func() any { b := make([]byte, 16<<10); return &b }
+	h.endWait = endWait
 	h.limiter = newRateLimiter(cfg.TaskRate, cfg.TaskBurst, 65536)
 	h.root, h.cancel = context.WithCancel(context.Background())
 	h.runq, h.closing = make(chan *job), make(chan struct{})
@@ -371,6 +373,9 @@ type idleConn struct {
 	net.Conn
 	idle, lifetime time.Duration
 	start          time.Time
+	// until, when set, is an earlier deadline for reads (relay's short
+	// wait for the end of an answer).
+	until time.Time
 }
 
 func (c *idleConn) Write(p []byte) (int, error) {
@@ -383,6 +388,9 @@ func (c *idleConn) Read(p []byte) (int, error) {
 	dl := now.Add(c.idle)
 	if end := c.start.Add(c.lifetime); !c.start.IsZero() && end.Before(dl) {
 		dl = end
+	}
+	if !c.until.IsZero() && c.until.Before(dl) {
+		dl = c.until
 	}
 	if err := c.Conn.SetReadDeadline(dl); err != nil {
 		return 0, err

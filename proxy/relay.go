@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"io"
 	"net"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
@@ -15,13 +16,15 @@ import (
 // pooled connection of passPool and puts the answer in rc.Response.
 //
 // An answer whose body has already arrived whole when its header is read
-// (the usual case for a POST's SSE answer: the upstream writes the event
-// and the end of the chunked body together) is read at once and goes to the
-// client in one write, with a Content-Length, instead of one write for the
-// event and one for the end of the body: one system call and one wake-up of
-// the client less per request. Any other body is streamed: each piece the
-// upstream sends is written to the client as soon as it arrives, so a
-// single SSE event is never held back waiting for the rest.
+// is read at once and goes to the client in one write, with a
+// Content-Length, instead of one write for the event and one for the end of
+// the chunked body: one system call and one wake-up of the client less per
+// request. A POST's SSE answer that has begun but not ended gets a short
+// wait (Handler.endWait, default endWait) for its end first: SDKs write the response event and the
+// end of the body in two writes a few microseconds apart, which arrive
+// separately about one time in four under load. Any other body, and one
+// that does not end within the wait, is streamed: each piece the upstream
+// sends is written to the client as soon as it arrives.
 //
 // A request is never replayed (STYLE pitfall 13): an error after the
 // request may have reached the upstream is returned to the caller.
@@ -57,7 +60,8 @@ func (h *Handler) relay(rc *fasthttp.RequestCtx) error {
 	switch {
 	case body == nil:
 		r.eof = true
-	case bodyBuffered(resp, c.br):
+	case bodyBuffered(resp, c.br) ||
+		(req.Header.IsPost() && isEventStream(resp.Header.ContentType()) && c.waitBody(resp, h.endWait)):
 		if err := r.readAll(rc, body); err != nil {
 			r.release()
 			rc.Response.ResetBody()
@@ -107,6 +111,37 @@ func bodyBuffered(resp *fasthttp.Response, br *bufio.Reader) bool {
 		return err == nil && chunkedComplete(b)
 	}
 	return false // the body ends when the upstream closes the connection
+}
+
+// endWait bounds how long relay holds the beginning of a POST's SSE answer
+// to send it whole. It is far below anything a client could notice and far
+// above the gap between an SDK's last event and the end of its body.
+const endWait = 500 * time.Microsecond
+
+// waitBody waits up to wait for the rest of resp's body to arrive in
+// c.br, and reports whether it did. A timed-out read leaves the bufio
+// reader and the connection usable (bufio hands the error out once; Go
+// connections survive a deadline), so streaming goes on from there. Only
+// plain connections wait: over TLS a body is streamed as it comes.
+func (c *upConn) waitBody(resp *fasthttp.Response, wait time.Duration) bool {
+	ic, ok := c.Conn.(*idleConn)
+	if !ok || resp.Header.ContentLength() == -2 {
+		return false
+	}
+	ic.until = time.Now().Add(wait)
+	defer func() { ic.until = time.Time{} }()
+	for {
+		n := c.br.Buffered()
+		if n == c.br.Size() {
+			return false // a body larger than the buffer streams
+		}
+		if _, err := c.br.Peek(n + 1); err != nil {
+			return false
+		}
+		if bodyBuffered(resp, c.br) {
+			return true
+		}
+	}
 }
 
 // chunkedComplete reports whether b starts with a whole chunked body

@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -53,6 +54,8 @@ type options struct {
 	rewriteHost, directIO                               bool
 	maxBodySize, maxResultSize                          int
 	maxTasksPerOwner, listPageSize, queueMax, taskBurst int
+	procs                                               int
+	procsGiven                                          bool // --procs or TASKGATE_PROCS was set
 	taskRate                                            float64
 	streamIdle, streamLifetime, upstreamIdleConn        time.Duration
 	keepAlive, lease, shutdownGrace, storeTimeout       time.Duration
@@ -83,6 +86,7 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&o.ownerKey, "owner-key", "", "secret (>= 16 bytes) keying task owners and list cursors; replicas sharing a Redis must share it; empty = random per process")
 	fs.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated Origin allow-list (403 otherwise); empty = not checked by taskgate")
 	fs.BoolVar(&o.rewriteHost, "rewrite-host", false, "send the upstream's host as Host instead of the client's")
+	fs.IntVar(&o.procs, "procs", 1, "CPUs that run taskgate's Go code at once (GOMAXPROCS); 1 costs the least CPU per request beside an upstream; 0 = Go's choice (the GOMAXPROCS variable, else CPU count or container limit)")
 	fs.BoolVar(&o.directIO, "direct-io", true, "read and write client and upstream TCP sockets with direct system calls (less CPU per request); false = Go's net.Conn")
 	fs.IntVar(&o.maxBodySize, "max-body-size", 4<<20, "maximum request body in bytes (413 above)")
 	fs.IntVar(&o.maxResultSize, "max-result-size", 32<<20, "maximum upstream result of a task in bytes (the task fails above)")
@@ -143,7 +147,18 @@ func parseArgs(args []string, stderr io.Writer, getenv func(string) string) (*op
 	if envErr != nil {
 		return nil, envErr
 	}
+	o.procsGiven = set["procs"] || getenv(envName("procs")) != ""
 	return o, o.validate()
+}
+
+// procsFor returns the GOMAXPROCS that --procs asks for, or 0 to keep
+// Go's choice. Without --procs or TASKGATE_PROCS, a GOMAXPROCS environment
+// variable wins over the default of 1.
+func procsFor(o *options, getenv func(string) string) int {
+	if !o.procsGiven && getenv("GOMAXPROCS") != "" {
+		return 0
+	}
+	return o.procs
 }
 
 func (o *options) validate() error {
@@ -162,6 +177,8 @@ func (o *options) validate() error {
 		return errors.New("--task-rate: must be positive, or -1 to disable")
 	case o.taskBurst <= 0:
 		return errors.New("--task-burst: must be positive")
+	case o.procs < 0:
+		return errors.New("--procs: must be 0 (Go's choice) or positive")
 	case o.queueMax <= 0:
 		return errors.New("--queue-max: must be positive")
 	case o.listPageSize <= 0 || o.listPageSize > 1000:
@@ -209,6 +226,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	log := newLogger(o, stderr)
+	if n := procsFor(o, os.Getenv); n > 0 {
+		runtime.GOMAXPROCS(n)
+	}
 
 	pol := policy.Default()
 	if o.configPath != "" {
@@ -289,7 +309,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info().Str("listen", ln.Addr().String()).Str("upstream", o.upstream).
-		Str("store", storeName(o)).Str("version", versionString()).Msg("taskgate listening")
+		Str("store", storeName(o)).Str("version", versionString()).
+		Int("procs", runtime.GOMAXPROCS(0)).Msg("taskgate listening")
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)

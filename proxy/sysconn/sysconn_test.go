@@ -1,0 +1,241 @@
+package sysconn
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// pair returns a wrapped client connection and the plain server end.
+func pair(t *testing.T) (*Conn, net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, ok := <-accepted
+	if !ok {
+		t.Fatal("accept failed")
+	}
+	w, ok := Wrap(c).(*Conn)
+	if !ok {
+		t.Fatalf("Wrap(%T) did not give a *Conn", c)
+	}
+	t.Cleanup(func() { w.Close(); srv.Close() })
+	return w, srv
+}
+
+func TestReadWriteEOF(t *testing.T) {
+	c, srv := pair(t)
+	if _, err := c.Write([]byte("ping")); err != nil {
+		t.Fatalf("Write: %v", err)
+	}
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(srv, buf); err != nil || string(buf) != "ping" {
+		t.Fatalf("server read %q, %v", buf, err)
+	}
+	if _, err := srv.Write([]byte("pong")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "pong" {
+		t.Fatalf("Read %q, %v", buf, err)
+	}
+	if n, err := c.Read(nil); n != 0 || err != nil {
+		t.Errorf("Read(nil) = %d, %v", n, err)
+	}
+	srv.Close()
+	if n, err := c.Read(buf); n != 0 || err != io.EOF {
+		t.Errorf("Read after peer close = %d, %v; want 0, io.EOF", n, err)
+	}
+}
+
+// A read that would block waits in the poller and honours the deadline
+// like net.Conn: a timeout error that matches os.ErrDeadlineExceeded and
+// leaves the connection usable.
+func TestReadDeadline(t *testing.T) {
+	c, srv := pair(t)
+	if err := c.SetReadDeadline(time.Now().Add(20 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Read(make([]byte, 8))
+	var ne net.Error
+	if !errors.Is(err, os.ErrDeadlineExceeded) || !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("Read past deadline: %v; want a timeout", err)
+	}
+	var oe *net.OpError
+	if !errors.As(err, &oe) || oe.Op != "read" {
+		t.Errorf("error %v: want a *net.OpError with Op read", err)
+	}
+	if err := c.SetReadDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	go srv.Write([]byte("late"))
+	buf := make([]byte, 4)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "late" {
+		t.Fatalf("Read after a timeout = %q, %v", buf, err)
+	}
+}
+
+// Writes larger than the socket buffers and than maxWrite wait for the
+// reader (EAGAIN, then the poller) and arrive whole and in order.
+func TestLargeWriteWaitsForReader(t *testing.T) {
+	c, srv := pair(t)
+	data := bytes.Repeat([]byte("0123456789abcdef"), 1<<18) // 4 MiB
+	got := make(chan []byte, 1)
+	go func() {
+		time.Sleep(50 * time.Millisecond) // let the writer fill the buffers first
+		b, _ := io.ReadAll(io.LimitReader(srv, int64(len(data))))
+		got <- b
+	}()
+	n, err := c.Write(data)
+	if err != nil || n != len(data) {
+		t.Fatalf("Write = %d, %v; want %d", n, err, len(data))
+	}
+	if b := <-got; !bytes.Equal(b, data) {
+		t.Fatalf("server got %d bytes, not the data written", len(b))
+	}
+}
+
+// Close wakes a goroutine blocked in Read, as with net.Conn.
+func TestCloseUnblocksRead(t *testing.T) {
+	c, _ := pair(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 8))
+		done <- err
+	}()
+	time.Sleep(10 * time.Millisecond) // let the reader park (either way the test holds)
+	c.Close()
+	select {
+	case err := <-done:
+		if !errors.Is(err, net.ErrClosed) {
+			t.Errorf("Read after Close: %v; want net.ErrClosed", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Read still blocked 5s after Close")
+	}
+}
+
+// One reader and one writer may run at once.
+func TestConcurrentReadWrite(t *testing.T) {
+	c, srv := pair(t)
+	go io.Copy(srv, srv) // echo
+	const total = 1 << 20
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		chunk := bytes.Repeat([]byte{'x'}, 1000)
+		for sent := 0; sent < total; sent += len(chunk) {
+			if _, err := c.Write(chunk[:min(len(chunk), total-sent)]); err != nil {
+				t.Errorf("Write: %v", err)
+				return
+			}
+		}
+	}()
+	n, err := io.Copy(io.Discard, io.LimitReader(c, total))
+	wg.Wait()
+	if err != nil || n != total {
+		t.Fatalf("read back %d bytes, %v; want %d", n, err, total)
+	}
+}
+
+func TestWriteToResetPeer(t *testing.T) {
+	c, srv := pair(t)
+	srv.(*net.TCPConn).SetLinger(0)
+	srv.Close() // RST
+	var err error
+	for range 100 { // the first writes may still be accepted locally
+		if _, err = c.Write([]byte("x")); err != nil {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("Write to a reset peer: %v; want ECONNRESET or EPIPE", err)
+	}
+	var oe *net.OpError
+	if !errors.As(err, &oe) || oe.Op != "write" {
+		t.Errorf("error %v: want a *net.OpError with Op write", err)
+	}
+}
+
+func TestWrapLeavesOtherConns(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	defer b.Close()
+	if Wrap(a) != a {
+		t.Error("Wrap changed a net.Pipe connection")
+	}
+}
+
+func TestListenerWraps(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := Listener{Listener: ln}
+	defer l.Close()
+	go func() {
+		if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+			c.Write([]byte("hi"))
+			c.Close()
+		}
+	}()
+	c, err := l.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, ok := c.(*Conn); !ok {
+		t.Fatalf("Accept gave %T, want *Conn", c)
+	}
+	b, err := io.ReadAll(c)
+	if err != nil || string(b) != "hi" {
+		t.Fatalf("read %q, %v", b, err)
+	}
+}
+
+// A read and a write with nothing to wait for make no allocation.
+func TestAllocs(t *testing.T) {
+	c, srv := pair(t)
+	buf := make([]byte, 64)
+	msg := []byte("hello")
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := c.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(srv, buf[:len(msg)]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := srv.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, buf[:len(msg)]); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 0 {
+		t.Errorf("%.1f allocations per round trip, want 0", allocs)
+	}
+}
