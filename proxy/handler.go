@@ -376,10 +376,19 @@ type idleConn struct {
 	// until, when set, is an earlier deadline for reads (relay's short
 	// wait for the end of an answer).
 	until time.Time
+	// holdWrite makes the next write a sysconn WriteLater: relay reads the
+	// answer right after writing a request.
+	holdWrite bool
 }
 
 func (c *idleConn) Write(p []byte) (int, error) {
 	c.start = time.Now()
+	if c.holdWrite {
+		c.holdWrite = false
+		if sc, ok := c.Conn.(*sysconn.Conn); ok {
+			return sc.WriteLater(p)
+		}
+	}
 	return c.Conn.Write(p)
 }
 
@@ -406,6 +415,13 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 	defer func() {
 		h.m.inflight.Dec()
 		h.finishLog(rc, &info, start)
+		// A whole answer: fasthttp writes it and then reads the next
+		// request (or closes); the read sends it (sysconn.WriteLater).
+		if !rc.Response.IsBodyStream() && !rc.Response.ImmediateHeaderFlush {
+			if sc, ok := rc.Conn().(*sysconn.Conn); ok {
+				sc.HoldNextWrite()
+			}
+		}
 	}()
 
 	if h.origins != nil {

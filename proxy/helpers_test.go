@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/taskgate/taskgate/policy"
+	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
@@ -127,6 +128,7 @@ type proxySetup struct {
 	store       taskstore.Store
 	upstreamURL string
 	log         zerolog.Logger
+	hook        func(*Handler)
 }
 
 // proxyOpt changes newTestProxy's setup.
@@ -142,6 +144,9 @@ func withPolicy(p *policy.Policy) proxyOpt { return func(s *proxySetup) { s.pol 
 // in-memory pipes. Needed for deadline tests and for anything the task
 // runner does: it dials the upstream's address itself.
 func withTCP() proxyOpt { return func(s *proxySetup) { s.tcp = true } }
+
+// withHandler changes the Handler after New, before it serves.
+func withHandler(f func(*Handler)) proxyOpt { return func(s *proxySetup) { s.hook = f } }
 
 // withStore uses st (e.g. one store shared by two proxies acting as
 // replicas); the caller closes it. Default: a new embedded store.
@@ -194,6 +199,9 @@ func newTestProxy(tb testing.TB, upstreamHandler fasthttp.RequestHandler, opts .
 		tb.Fatalf("New: %v", err)
 	}
 	tp.h = h
+	if s.hook != nil {
+		s.hook(h)
+	}
 	if tp.up != nil && !s.tcp {
 		// Every upstream connection goes over the in-memory pipe.
 		h.dialTCP = func(context.Context) (net.Conn, error) { return tp.up.dial() }
@@ -221,7 +229,7 @@ func newTestProxy(tb testing.TB, upstreamHandler fasthttp.RequestHandler, opts .
 		if err != nil {
 			tb.Fatalf("listen: %v", err)
 		}
-		tp.ln = ln
+		tp.ln = sysconn.Listener{Listener: ln} // as cmd/taskgate serves
 		tp.dial = func() (net.Conn, error) { return net.Dial("tcp", ln.Addr().String()) }
 	} else {
 		ln := fasthttputil.NewInmemoryListener()

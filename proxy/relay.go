@@ -38,6 +38,9 @@ func (h *Handler) relay(rc *fasthttp.RequestCtx) error {
 		}
 	}
 	req.URI().DisablePathNormalizing = true
+	if ic, ok := c.Conn.(*idleConn); ok {
+		ic.holdWrite = true // sent by the read of the answer, which follows at once
+	}
 	err := req.Write(c.bw)
 	if err == nil {
 		err = c.bw.Flush()

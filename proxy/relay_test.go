@@ -109,8 +109,7 @@ func TestRelayEndWait(t *testing.T) {
 					_ = w.Flush()
 					time.Sleep(tc.gap) // the end of the body comes this much later
 				})
-			}, withTCP())
-			tp.h.endWait = tc.wait
+			}, withTCP(), withHandler(func(h *Handler) { h.endWait = tc.wait }))
 			for i := range 2 {
 				start := time.Now()
 				resp := tp.doStream(newPost(`{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{}}`))

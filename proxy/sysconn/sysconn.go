@@ -25,7 +25,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -33,6 +35,10 @@ import (
 // goroutine's processor for long (a loopback write of 64 KiB takes tens of
 // microseconds).
 const maxWrite = 64 << 10
+
+// maxHeld bounds what WriteLater copies (a request's headers and a small
+// body); larger writes go out at once.
+const maxHeld = 16 << 10
 
 // Conn is a TCP connection whose Read and Write are direct system calls.
 // Deadlines, addresses and Close are those of the wrapped connection. Like
@@ -51,6 +57,17 @@ type Conn struct {
 	wn      int
 	werr    syscall.Errno
 	writeFn func(fd uintptr) bool
+
+	// held is the unsent part of a write kept by WriteLater (in heldBuf)
+	// for the next Read; heldFn sends it from within that Read.
+	held     []byte
+	heldBuf  []byte
+	heldLeft bool          // the held write could not finish inside the Read
+	heldErr  syscall.Errno // why, if it failed
+	heldFn   func(fd uintptr) bool
+	holdNext bool // HoldNextWrite was called
+	// heldMu guards held against a Close from another goroutine.
+	heldMu sync.Mutex
 }
 
 // Wrap returns c as a *Conn when c is a *net.TCPConn, and c itself
@@ -67,6 +84,7 @@ func Wrap(c net.Conn) net.Conn {
 	s := &Conn{Conn: c, raw: raw}
 	s.readFn = s.doRead
 	s.writeFn = s.doWrite
+	s.heldFn = s.doHeldWrite
 	return s
 }
 
@@ -98,14 +116,121 @@ func (s *Conn) doWrite(fd uintptr) bool {
 	}
 }
 
+// WriteLater keeps a copy of p to be written by the next Read, right before
+// it waits for the answer, and reports p as written. It is for a request
+// whose answer is read at once: a Read that follows a Write must first try
+// the read system call (the poller only reports data arriving after its
+// readiness was reset at the start of the Read), which fails with EAGAIN
+// when the peer needs time to answer; written from inside the Read, after
+// that reset, the request cannot be answered unnoticed, so the Read waits
+// at once and saves that call. A write that cannot finish there (full
+// socket buffer) finishes as a normal Write before the Read. Any Write or
+// Close sends or drops (Close) what is held; a caller that will not Read
+// must not use it, nor may another goroutine write meanwhile. A p larger
+// than maxHeld is written at once. Close sends what is still held.
+func (s *Conn) WriteLater(p []byte) (int, error) {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	if err := s.sendHeld(); err != nil {
+		return 0, err
+	}
+	if len(p) > maxHeld {
+		return s.write(p)
+	}
+	s.heldBuf = append(s.heldBuf[:0], p...)
+	s.held = s.heldBuf
+	return len(p), nil
+}
+
+// HoldNextWrite makes the next Write a WriteLater: for a server that
+// writes a whole answer and then reads the next request (or closes).
+func (s *Conn) HoldNextWrite() { s.holdNext = true }
+
+// sendHeld writes what WriteLater still holds, the usual way. heldMu is
+// held.
+func (s *Conn) sendHeld() error {
+	if len(s.held) == 0 {
+		return nil
+	}
+	rest := s.held
+	s.held = nil
+	_, err := s.write(rest)
+	return err
+}
+
+// Close sends a write still held (waiting at most closeWait for the
+// peer to take it), then closes the connection.
+func (s *Conn) Close() error {
+	s.heldMu.Lock()
+	if len(s.held) > 0 {
+		_ = s.SetWriteDeadline(time.Now().Add(closeWait))
+		_ = s.sendHeld()
+	}
+	s.heldMu.Unlock()
+	return s.Conn.Close()
+}
+
+// closeWait bounds Close's wait to send a held write.
+const closeWait = time.Second
+
+func (s *Conn) doHeldWrite(fd uintptr) bool {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	if len(s.held) == 0 {
+		return s.doRead(fd)
+	}
+	for len(s.held) > 0 {
+		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&s.held[0])), uintptr(len(s.held)))
+		switch {
+		case e == syscall.EINTR:
+			continue
+		case e == syscall.EAGAIN:
+			s.heldLeft = true
+			return true
+		case e != 0:
+			s.heldErr, s.heldLeft = e, true
+			return true
+		}
+		s.held = s.held[n:]
+	}
+	s.held = nil
+	return false // sent: wait for the answer without trying to read first
+}
+
 // Read reads like net.Conn.Read: io.EOF at the end of the stream, an
 // *net.OpError otherwise (a timeout satisfies os.ErrDeadlineExceeded).
 func (s *Conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
+	s.heldMu.Lock()
+	fn := s.readFn
+	if len(s.held) > 0 {
+		fn = s.heldFn
+	}
+	s.heldMu.Unlock()
 	s.rbuf = p
-	err := s.raw.Read(s.readFn)
+	err := s.raw.Read(fn)
+	if err == nil && s.heldLeft {
+		// The held write did not finish: finish it the usual way, then
+		// read the usual way.
+		s.heldLeft = false
+		s.heldMu.Lock()
+		e := s.heldErr
+		var werr error
+		if e != 0 {
+			s.heldErr, s.held = 0, nil
+			werr = s.opError("write", os.NewSyscallError("write", e))
+		} else {
+			werr = s.sendHeld()
+		}
+		s.heldMu.Unlock()
+		if werr != nil {
+			s.rbuf = nil
+			return 0, werr
+		}
+		err = s.raw.Read(s.readFn)
+	}
 	s.rbuf = nil
 	if err != nil {
 		return 0, s.opError("read", err)
@@ -120,8 +245,22 @@ func (s *Conn) Read(p []byte) (int, error) {
 }
 
 // Write writes all of p like net.Conn.Write, or returns the count written
-// and an *net.OpError.
+// and an *net.OpError. A write held by WriteLater goes first.
 func (s *Conn) Write(p []byte) (int, error) {
+	if s.holdNext {
+		s.holdNext = false
+		return s.WriteLater(p)
+	}
+	s.heldMu.Lock()
+	err := s.sendHeld()
+	s.heldMu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	return s.write(p)
+}
+
+func (s *Conn) write(p []byte) (int, error) {
 	total := 0
 	for len(p) > 0 {
 		s.wbuf = p[:min(len(p), maxWrite)]

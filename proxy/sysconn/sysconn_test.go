@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -237,5 +238,118 @@ func TestAllocs(t *testing.T) {
 	})
 	if allocs > 0 {
 		t.Errorf("%.1f allocations per round trip, want 0", allocs)
+	}
+}
+
+// A write held by WriteLater goes out with the next Read, which then waits
+// for the answer; the peer sees writes in order.
+func TestWriteLater(t *testing.T) {
+	c, srv := pair(t)
+	go func() { // answers each 4-byte request after a pause, upper-cased
+		buf := make([]byte, 4)
+		for {
+			if _, err := io.ReadFull(srv, buf); err != nil {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+			if _, err := srv.Write(bytes.ToUpper(buf)); err != nil {
+				return
+			}
+		}
+	}()
+	buf := make([]byte, 4)
+	for _, req := range []string{"abcd", "efgh", "ijkl"} {
+		if n, err := c.WriteLater([]byte(req)); n != 4 || err != nil {
+			t.Fatalf("WriteLater = %d, %v", n, err)
+		}
+		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != strings.ToUpper(req) {
+			t.Fatalf("answer to %s = %q, %v", req, buf, err)
+		}
+	}
+	// Held, then a plain Write: both go out, in order, before the Read.
+	c.WriteLater([]byte("mnop"))
+	if _, err := c.Write([]byte("qrst")); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"MNOP", "QRST"} {
+		if _, err := io.ReadFull(c, buf); err != nil || string(buf) != want {
+			t.Fatalf("answer = %q, %v; want %s", buf, err, want)
+		}
+	}
+	// Larger than maxHeld: written at once, no Read needed.
+	big := bytes.Repeat([]byte("x"), maxHeld+1)
+	got := make(chan int, 1)
+	srv2c, srv2 := pair(t)
+	go func() {
+		n, _ := io.ReadFull(srv2, make([]byte, len(big)))
+		got <- n
+	}()
+	if n, err := srv2c.WriteLater(big); n != len(big) || err != nil {
+		t.Fatalf("WriteLater(big) = %d, %v", n, err)
+	}
+	if n := <-got; n != len(big) {
+		t.Fatalf("peer got %d bytes of a large WriteLater without a Read", n)
+	}
+}
+
+// A held write to a reset peer fails the Read with the write's error.
+func TestWriteLaterToResetPeer(t *testing.T) {
+	c, srv := pair(t)
+	srv.(*net.TCPConn).SetLinger(0)
+	srv.Close()
+	var err error
+	for range 100 { // the first writes may still be accepted locally
+		c.WriteLater([]byte("x"))
+		if _, err = c.Read(make([]byte, 1)); err != nil && !errors.Is(err, io.EOF) {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, syscall.EPIPE) {
+		t.Fatalf("Read after a held write to a reset peer: %v; want ECONNRESET or EPIPE", err)
+	}
+}
+
+func TestWriteLaterAllocs(t *testing.T) {
+	c, srv := pair(t)
+	go io.Copy(srv, srv) // echo
+	buf := make([]byte, 5)
+	msg := []byte("hello")
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, err := c.WriteLater(msg); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, buf); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs > 0 {
+		t.Errorf("%.1f allocations per held write and read, want 0", allocs)
+	}
+}
+
+// HoldNextWrite holds one write for the next Read; Close sends what is
+// still held (a server that answers, then closes).
+func TestHoldNextWrite(t *testing.T) {
+	c, srv := pair(t)
+	c.HoldNextWrite()
+	if n, err := c.Write([]byte("answer")); n != 6 || err != nil {
+		t.Fatalf("Write = %d, %v", n, err)
+	}
+	if _, err := c.Write([]byte("!")); err != nil { // not held: sends the held write first
+		t.Fatal(err)
+	}
+	buf := make([]byte, 7)
+	if _, err := io.ReadFull(srv, buf); err != nil || string(buf) != "answer!" {
+		t.Fatalf("peer read %q, %v", buf, err)
+	}
+	c.HoldNextWrite()
+	c.Write([]byte("bye"))
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(srv)
+	if err != nil || string(b) != "bye" {
+		t.Fatalf("after Close the peer read %q, %v; want the held write", b, err)
 	}
 }
