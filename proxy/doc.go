@@ -9,11 +9,14 @@
 // envelope (jsonrpc, id, method, params kept raw) by a strict scanner:
 // exact-case member names, duplicates refused, invalid JSON answered with
 // -32700 before anything reaches the upstream. What taskgate does not
-// intercept is forwarded as the original bytes on a pooled
-// fasthttp.HostClient and streamed back, SSE event by event; hop-by-hop
-// headers are removed both ways. Reads from the upstream are bounded per
-// read (StreamIdleTimeout) and per answer (StreamMaxLifetime) by the
-// connection wrapper, never by fasthttp's whole-body timeouts.
+// intercept is forwarded as the original bytes on a pooled connection
+// (relay) and streamed back, SSE event by event; an answer that has already
+// arrived whole goes back in one write. Hop-by-hop headers are removed both
+// ways. Reads from the upstream are bounded per read (StreamIdleTimeout)
+// and per answer (StreamMaxLifetime) by the connection wrapper, never by
+// fasthttp's whole-body timeouts. Sockets use direct system calls (package
+// sysconn) unless Config.NetIO. The rewritten answers (initialize,
+// tools/list) and messages to the upstream go through a fasthttp.HostClient.
 //
 // Intercepted: initialize and tools/list answers are rewritten in their own
 // framing (package capability); tools/call is checked against the tool

@@ -20,11 +20,13 @@ import (
 // Content-Length, instead of one write for the event and one for the end of
 // the chunked body: one system call and one wake-up of the client less per
 // request. A POST's SSE answer that has begun but not ended gets a short
-// wait (Handler.endWait, default endWait) for its end first: SDKs write the response event and the
-// end of the body in two writes a few microseconds apart, which arrive
-// separately about one time in four under load. Any other body, and one
-// that does not end within the wait, is streamed: each piece the upstream
-// sends is written to the client as soon as it arrives.
+// wait (Handler.endWait, default endWait) for its end first: SDKs write
+// the response event and the end of the body in two writes a few
+// microseconds apart, which arrive separately about one time in four under
+// load. Any other body, and one that does not end within the wait, is
+// streamed: each piece the upstream sends is written to the client as soon
+// as it arrives. The request itself is sent by the read of the answer
+// (sysconn.Conn.WriteLater), saving a system call.
 //
 // A request is never replayed (STYLE pitfall 13): an error after the
 // request may have reached the upstream is returned to the caller.
