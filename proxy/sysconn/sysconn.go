@@ -124,10 +124,10 @@ func (s *Conn) doWrite(fd uintptr) bool {
 // when the peer needs time to answer; written from inside the Read, after
 // that reset, the request cannot be answered unnoticed, so the Read waits
 // at once and saves that call. A write that cannot finish there (full
-// socket buffer) finishes as a normal Write before the Read. Any Write or
-// Close sends or drops (Close) what is held; a caller that will not Read
-// must not use it, nor may another goroutine write meanwhile. A p larger
-// than maxHeld is written at once. Close sends what is still held.
+// socket buffer) finishes as a normal Write before the Read. A Write or a
+// Close sends what is held first (Close waits at most closeWait). No other
+// goroutine may write meanwhile. A p larger than maxHeld is written at
+// once.
 func (s *Conn) WriteLater(p []byte) (int, error) {
 	s.heldMu.Lock()
 	defer s.heldMu.Unlock()
