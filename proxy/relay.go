@@ -4,9 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/tls"
 	"io"
-	"net"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -90,16 +88,10 @@ func (h *Handler) dialPass() (*upConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if h.upTLS {
-		host, _, _ := net.SplitHostPort(h.upAddr)
-		tc := tls.Client(c, &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12})
-		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.DialTimeout)
-		defer cancel()
-		if err := tc.HandshakeContext(ctx); err != nil {
-			_ = c.Close()
-			return nil, err
-		}
-		c = tc
+	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.DialTimeout)
+	defer cancel()
+	if c, err = h.upstreamTLS(ctx, c); err != nil {
+		return nil, err
 	}
 	return newUpConn(c), nil
 }

@@ -308,16 +308,22 @@ func (h *Handler) dialUpstream(ctx context.Context) (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	if h.upTLS {
-		host, _, _ := net.SplitHostPort(h.upAddr)
-		tc := tls.Client(c, &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12})
-		if err := tc.HandshakeContext(ctx); err != nil {
-			c.Close()
-			return nil, err
-		}
-		c = tc
+	return h.upstreamTLS(ctx, c)
+}
+
+// upstreamTLS returns c as is for an http upstream, and c after a TLS
+// handshake for an https one (c is closed if the handshake fails).
+func (h *Handler) upstreamTLS(ctx context.Context, c net.Conn) (net.Conn, error) {
+	if !h.upTLS {
+		return c, nil
 	}
-	return c, nil
+	host, _, _ := net.SplitHostPort(h.upAddr)
+	tc := tls.Client(c, &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12})
+	if err := tc.HandshakeContext(ctx); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return tc, nil
 }
 
 // upstreamCall is one request and its streamed response on a connection
