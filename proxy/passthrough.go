@@ -20,29 +20,102 @@ var hopByHop = [...]string{
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
 }
 
-type headerDeleter interface {
-	Peek(key string) []byte
-	Del(key string)
+// stripRequestHopByHop and stripResponseHopByHop delete the hop-by-hop
+// headers and those the Connection header names. One pass over the headers
+// finds which are there (most messages carry none, or only Connection:
+// keep-alive); a Del per name would copy, normalize and scan for each of
+// the nine names on every request. Two functions, not one over an
+// interface: ranging over All through an interface allocates.
+func stripRequestHopByHop(h *fasthttp.RequestHeader) {
+	var s hopScan
+	for k, v := range h.All() {
+		s.see(k, v)
+	}
+	s.strip(h)
 }
 
-func stripHopByHop(h headerDeleter) {
-	if c := h.Peek("Connection"); len(c) > 0 {
-		for _, name := range bytes.Split(c, []byte(",")) {
-			if name = bytes.TrimSpace(name); len(name) > 0 {
-				h.Del(string(name))
-			}
+func stripResponseHopByHop(h *fasthttp.ResponseHeader) {
+	var s hopScan
+	for k, v := range h.All() {
+		s.see(k, v)
+	}
+	s.strip(h)
+}
+
+// hopScan collects the hop-by-hop headers of one message.
+type hopScan struct {
+	found   [len(hopByHop)]bool
+	listed  []string // other headers named by Connection
+	present bool
+}
+
+func (s *hopScan) see(k, v []byte) {
+	i := hopIndex(k)
+	if i < 0 {
+		return
+	}
+	s.found[i], s.present = true, true
+	if i != 0 { // not Connection
+		return
+	}
+	for name := range bytes.SplitSeq(v, []byte(",")) {
+		// "close" is a connection option, not a header name; hop-by-hop
+		// names are deleted through found when they are present.
+		if name = bytes.TrimSpace(name); len(name) > 0 && hopIndex(name) < 0 && !equalFoldASCII(name, "close") {
+			s.listed = append(s.listed, string(name))
 		}
 	}
-	for _, name := range hopByHop {
+}
+
+func (s *hopScan) strip(h interface{ Del(key string) }) {
+	if !s.present {
+		return
+	}
+	for _, name := range s.listed {
 		h.Del(name)
 	}
+	for i, f := range s.found {
+		if f {
+			h.Del(hopByHop[i])
+		}
+	}
+}
+
+// hopIndex returns the index of name in hopByHop (any case), or -1.
+func hopIndex(name []byte) int {
+	for i, hop := range hopByHop {
+		if equalFoldASCII(name, hop) {
+			return i
+		}
+	}
+	return -1
+}
+
+// equalFoldASCII reports whether b and s are equal ignoring ASCII case.
+func equalFoldASCII(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range len(b) {
+		if lowerASCII(b[i]) != lowerASCII(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func lowerASCII(c byte) byte {
+	if c >= 'A' && c <= 'Z' {
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 // prepareUpstream makes rc.Request ready to forward: hop-by-hop headers
 // removed, Host per config, scheme matching the upstream, protocol version
 // bridged.
 func (h *Handler) prepareUpstream(rc *fasthttp.RequestCtx, req *fasthttp.Request) {
-	stripHopByHop(&req.Header)
+	stripRequestHopByHop(&req.Header)
 	req.Header.ResetConnectionClose()
 	if h.cfg.RewriteHost {
 		// Request.Write takes the host from the parsed URI once it has
@@ -79,7 +152,7 @@ func (h *Handler) pass(rc *fasthttp.RequestCtx, info *reqInfo, id []byte) {
 // response).
 func (h *Handler) relayResponse(rc *fasthttp.RequestCtx) {
 	resp := &rc.Response
-	stripHopByHop(&resp.Header)
+	stripResponseHopByHop(&resp.Header)
 	resp.Header.ResetConnectionClose()
 	if rc.IsGet() && isEventStream(resp.Header.ContentType()) {
 		resp.ImmediateHeaderFlush = true

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -437,12 +438,12 @@ func TestStripHopByHop(t *testing.T) {
 				rh.Set(tc.headers[i], tc.headers[i+1])
 				sh.Set(tc.headers[i], tc.headers[i+1])
 			}
-			stripHopByHop(&rh)
-			stripHopByHop(&sh)
-			for _, hd := range []headerDeleter{&rh, &sh} {
+			stripRequestHopByHop(&rh)
+			stripResponseHopByHop(&sh)
+			for _, hd := range []interface{ Peek(string) []byte }{&rh, &sh} {
 				for _, g := range tc.gone {
 					if v := hd.Peek(g); len(v) > 0 && !(g == "Connection" && string(v) == "keep-alive") {
-						t.Errorf("%T: %s = %q after stripHopByHop", hd, g, v)
+						t.Errorf("%T: %s = %q after stripping", hd, g, v)
 					}
 				}
 				for _, k := range tc.kept {
@@ -452,6 +453,60 @@ func TestStripHopByHop(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestStripHopByHopParsed: headers as they come off the wire, any case,
+// with the special fields fasthttp keeps apart (Connection: close, a chunked
+// Transfer-Encoding, Trailer); and no allocation when nothing is to be
+// removed, the common case.
+func TestStripHopByHopParsed(t *testing.T) {
+	var req fasthttp.Request
+	raw := "POST /mcp HTTP/1.1\r\nHost: h\r\nconnection: close, x-drop\r\nX-Drop: 1\r\nkeep-alive: timeout=5\r\nTE: trailers\r\n" +
+		"X-Keep: 2\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}"
+	if err := req.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+		t.Fatal(err)
+	}
+	stripRequestHopByHop(&req.Header)
+	req.Header.ResetConnectionClose()
+	for _, g := range []string{"X-Drop", "Keep-Alive", "Te", "Connection"} {
+		if v := req.Header.Peek(g); len(v) > 0 {
+			t.Errorf("request %s = %q after stripping", g, v)
+		}
+	}
+	if string(req.Header.Peek("X-Keep")) != "2" || string(req.Header.ContentType()) != "application/json" {
+		t.Errorf("end-to-end headers lost: %q", req.Header.String())
+	}
+
+	var resp fasthttp.Response
+	raw = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nTrailer: X-T\r\nX-Keep: 3\r\n\r\n0\r\nX-T: v\r\n\r\n"
+	if err := resp.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+		t.Fatal(err)
+	}
+	stripResponseHopByHop(&resp.Header)
+	var out bytes.Buffer
+	for k, v := range resp.Header.All() {
+		out.WriteString(string(k) + ": " + string(v) + "\n")
+	}
+	for _, g := range []string{"Connection", "Transfer-Encoding", "Trailer"} {
+		if strings.Contains(strings.ToLower(out.String()), strings.ToLower(g)+":") {
+			t.Errorf("response keeps %s:\n%s", g, out.String())
+		}
+	}
+	if string(resp.Header.Peek("X-Keep")) != "3" {
+		t.Errorf("response lost X-Keep:\n%s", out.String())
+	}
+
+	var clean fasthttp.RequestHeader
+	clean.Set("Content-Type", "application/json")
+	clean.Set("Mcp-Session-Id", "s")
+	clean.Set("Authorization", "Bearer t")
+	clean.Set("User-Agent", "ua")
+	var cleanResp fasthttp.ResponseHeader
+	cleanResp.Set("Content-Type", "application/json")
+	cleanResp.Set("Cache-Control", "no-cache")
+	if n := testing.AllocsPerRun(100, func() { stripRequestHopByHop(&clean); stripResponseHopByHop(&cleanResp) }); n != 0 {
+		t.Errorf("stripping headers without hop-by-hop ones: %v allocs, want 0", n)
 	}
 }
 

@@ -45,7 +45,7 @@ func (h *Handler) forwardRewriting(rc *fasthttp.RequestCtx, info *reqInfo, id []
 	}
 	rw := fn(resp)
 	resp.Header.CopyTo(&rc.Response.Header)
-	stripHopByHop(&rc.Response.Header)
+	stripResponseHopByHop(&rc.Response.Header)
 	rc.Response.Header.ResetConnectionClose()
 	body := resp.BodyStream()
 	if !sse {

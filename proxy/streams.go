@@ -245,7 +245,7 @@ func (h *Handler) getStream(rc *fasthttp.RequestCtx, info *reqInfo) {
 	case resp.StatusCode() == fasthttp.StatusOK && isEventStream(resp.Header.ContentType()):
 		upstream = resp.BodyStream()
 		resp.Header.CopyTo(&rc.Response.Header)
-		stripHopByHop(&rc.Response.Header)
+		stripResponseHopByHop(&rc.Response.Header)
 		rc.Response.Header.ResetConnectionClose()
 	case resp.StatusCode() == fasthttp.StatusMethodNotAllowed:
 		done()
