@@ -70,6 +70,17 @@
 //	tgload --mode mixed --url http://127.0.0.1:8081/mcp,http://127.0.0.1:8082/mcp \
 //	    -c 32 --warmup 5s --duration 10m --report 30s --cpu tg1=PID1,tg2=PID2 --json
 //
+// --compare measures endpoints side by side instead: each of --rounds rounds
+// runs the mode against every endpoint in turn (rotating which goes first),
+// and the summary gives, per endpoint, the medians over the rounds and, for
+// every endpoint after the first, the median ratio of its throughput to the
+// first's in the same round and the added p50/p99. This is the pass-through
+// overhead measurement of taskgate's README:
+//
+//	tgload --mode call -c 16 --rounds 20 --duration 2s --warmup 500ms \
+//	    --compare direct=http://127.0.0.1:3000/mcp,taskgate=http://127.0.0.1:8080/mcp \
+//	    --cpu upstream=UPSTREAM_PID,taskgate=TASKGATE_PID
+//
 // --report prints a progress line (iterations and rate) to stderr at that
 // interval, which a long soak needs to show drift. tgload exits 0 when every
 // request succeeded, 3 when some failed (the error kinds are printed), 1 when
@@ -153,6 +164,8 @@ type config struct {
 	jsonOut       bool
 	label         string
 	cpu           []namedPID
+	compare       []compareTarget // --compare: endpoints measured side by side
+	rounds        int
 }
 
 type namedPID struct {
@@ -173,6 +186,9 @@ func main() {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
 	go func() { <-sig; close(stop) }()
+	if cfg.compare != nil {
+		os.Exit(compareMain(cfg, stop))
+	}
 	failed := false
 	for i, mode := range cfg.modes {
 		res, err := runMode(cfg, mode, stop)
@@ -202,7 +218,7 @@ func parseFlags(argv []string, out io.Writer) (*config, error) {
 	c := &config{}
 	fs := flag.NewFlagSet("tgload", flag.ContinueOnError)
 	fs.SetOutput(out)
-	var modeList, urlList, args, mix, cpu, session, cancelArgs, streamArgs string
+	var modeList, urlList, args, mix, cpu, session, cancelArgs, streamArgs, compare string
 	fs.StringVar(&modeList, "mode", "call", "comma list of modes: "+strings.Join(modes, ", "))
 	fs.StringVar(&urlList, "url", "http://127.0.0.1:8080/mcp", "comma list of MCP endpoint URLs (workers and mixed-mode requests spread over them)")
 	fs.IntVar(&c.conc, "c", 16, "concurrent workers")
@@ -226,6 +242,8 @@ func parseFlags(argv []string, out io.Writer) (*config, error) {
 	fs.BoolVar(&c.jsonOut, "json", false, "print one JSON object per mode instead of text")
 	fs.StringVar(&c.label, "label", "", "label copied into the output")
 	fs.StringVar(&cpu, "cpu", "", "comma list of name=pid whose CPU use during the window is reported")
+	fs.StringVar(&compare, "compare", "", "comma list of name=URL measured side by side in alternating rounds (instead of --url); the first is the baseline of the ratios")
+	fs.IntVar(&c.rounds, "rounds", 10, "--compare: rounds (each runs every endpoint once, for --warmup then --duration)")
 	if err := fs.Parse(argv); err != nil {
 		return nil, err
 	}
@@ -242,11 +260,24 @@ func parseFlags(argv []string, out io.Writer) (*config, error) {
 		return nil, errors.New("--mode: empty")
 	}
 	for _, u := range splitList(urlList) {
-		pu, err := url.Parse(u)
-		if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
-			return nil, fmt.Errorf("--url %q: want http(s)://host:port/path", u)
+		if err := checkURL(u); err != nil {
+			return nil, fmt.Errorf("--url %q: %w", u, err)
 		}
 		c.urls = append(c.urls, u)
+	}
+	if compare != "" {
+		urlSet := false
+		fs.Visit(func(f *flag.Flag) { urlSet = urlSet || f.Name == "url" })
+		if urlSet {
+			return nil, errors.New("--compare and --url: give one of them")
+		}
+		var err error
+		if c.compare, err = parseCompare(compare); err != nil {
+			return nil, err
+		}
+		if c.rounds <= 0 {
+			return nil, errors.New("--rounds must be positive")
+		}
 	}
 	if len(c.urls) == 0 {
 		return nil, errors.New("--url: empty")
@@ -293,6 +324,15 @@ func parseFlags(argv []string, out io.Writer) (*config, error) {
 		c.cpu = append(c.cpu, namedPID{name, pid})
 	}
 	return c, nil
+}
+
+// checkURL accepts http(s)://host[:port][/path].
+func checkURL(u string) error {
+	pu, err := url.Parse(u)
+	if err != nil || (pu.Scheme != "http" && pu.Scheme != "https") || pu.Host == "" {
+		return errors.New("want http(s)://host:port/path")
+	}
+	return nil
 }
 
 func jsonObject(flagName, s string) ([]byte, error) {
