@@ -68,6 +68,66 @@ type Conn struct {
 	holdNext bool // HoldNextWrite was called
 	// heldMu guards held against a Close from another goroutine.
 	heldMu sync.Mutex
+
+	// Read deadlines are armed lazily (SetReadDeadline). rdMu guards them:
+	// a deadline may be set from another goroutine during a Read.
+	rdMu    sync.Mutex
+	rdWant  time.Time // the deadline asked for; zero: none
+	rdArmed time.Time // the deadline the poller has; zero: none
+}
+
+// lazyNear: an armed read deadline closer than this is replaced at once
+// by a later one (it would soon fire for nothing); a farther one is left to
+// fire early. A variable for tests.
+var lazyNear = time.Second
+
+// SetReadDeadline sets the read deadline like net.Conn's, but updates the
+// poller's timer only when the new deadline is earlier than the armed one,
+// or the armed one is near (lazyNear). Servers set a read deadline before
+// every request (fasthttp: the idle timeout, then the read timeout) and a
+// proxy before every read from its upstream, each time a timer update in
+// the runtime. A later deadline left unarmed makes the armed one fire
+// early; Read then arms the deadline asked for and waits on, so reads time
+// out exactly as with net.Conn.
+func (s *Conn) SetReadDeadline(t time.Time) error {
+	s.rdMu.Lock()
+	defer s.rdMu.Unlock()
+	s.rdWant = t
+	if t.Equal(s.rdArmed) || !s.rdArmed.IsZero() && (t.IsZero() || t.After(s.rdArmed)) && time.Until(s.rdArmed) > lazyNear {
+		return nil
+	}
+	if err := s.Conn.SetReadDeadline(t); err != nil {
+		return err
+	}
+	s.rdArmed = t
+	return nil
+}
+
+// SetDeadline sets the read (see SetReadDeadline) and write deadlines.
+func (s *Conn) SetDeadline(t time.Time) error {
+	if err := s.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return s.Conn.SetWriteDeadline(t)
+}
+
+// rearm handles a read timeout: when the deadline asked for is later than
+// the armed one that fired, it arms it and reports true (read again).
+func (s *Conn) rearm(err error) bool {
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		return false
+	}
+	s.rdMu.Lock()
+	defer s.rdMu.Unlock()
+	want := s.rdWant
+	if want.Equal(s.rdArmed) || !want.IsZero() && !time.Now().Before(want) {
+		return false // the deadline asked for has passed
+	}
+	if s.Conn.SetReadDeadline(want) != nil {
+		return false
+	}
+	s.rdArmed = want
+	return true
 }
 
 // Wrap returns c as a *Conn when c is a *net.TCPConn, and c itself
@@ -203,35 +263,12 @@ func (s *Conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	s.heldMu.Lock()
-	fn := s.readFn
-	if len(s.held) > 0 {
-		fn = s.heldFn
-	}
-	s.heldMu.Unlock()
 	s.rbuf = p
-	err := s.raw.Read(fn)
-	if err == nil && s.heldLeft {
-		// The held write did not finish: finish it the usual way, then
-		// read the usual way.
-		s.heldLeft = false
-		s.heldMu.Lock()
-		e := s.heldErr
-		var werr error
-		if e != 0 {
-			s.heldErr, s.held = 0, nil
-			werr = s.opError("write", os.NewSyscallError("write", e))
-		} else {
-			werr = s.sendHeld()
-		}
-		s.heldMu.Unlock()
-		if werr != nil {
-			s.rbuf = nil
-			return 0, werr
-		}
-		err = s.raw.Read(s.readFn)
-	}
+	err, werr := s.rawRead()
 	s.rbuf = nil
+	if werr != nil {
+		return 0, werr
+	}
 	if err != nil {
 		return 0, s.opError("read", err)
 	}
@@ -242,6 +279,42 @@ func (s *Conn) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return s.rn, nil
+}
+
+// rawRead runs the read system call through the poller into s.rbuf,
+// sending a held write first. It returns the read's error, or the error of
+// a held write that failed.
+func (s *Conn) rawRead() (err, werr error) {
+	for {
+		s.heldMu.Lock()
+		fn := s.readFn
+		if len(s.held) > 0 {
+			fn = s.heldFn
+		}
+		s.heldMu.Unlock()
+		err = s.raw.Read(fn)
+		switch {
+		case err == nil && s.heldLeft:
+			// The held write did not finish inside the read: finish it
+			// the usual way, then read the usual way.
+			s.heldLeft = false
+			s.heldMu.Lock()
+			if e := s.heldErr; e != 0 {
+				s.heldErr, s.held = 0, nil
+				werr = s.opError("write", os.NewSyscallError("write", e))
+			} else {
+				werr = s.sendHeld()
+			}
+			s.heldMu.Unlock()
+			if werr != nil {
+				return nil, werr
+			}
+		case err != nil && s.rearm(err):
+			// a lazily armed deadline fired early: wait on
+		default:
+			return err, nil
+		}
+	}
 }
 
 // Write writes all of p like net.Conn.Write, or returns the count written

@@ -97,6 +97,120 @@ func TestReadDeadline(t *testing.T) {
 	}
 }
 
+// armed returns the read deadline the poller has.
+func (s *Conn) armed() time.Time {
+	s.rdMu.Lock()
+	defer s.rdMu.Unlock()
+	return s.rdArmed
+}
+
+// waitArmed polls until the armed read deadline is want (Read re-arms it
+// after a lazily armed one fired).
+func waitArmed(t *testing.T, c *Conn, want time.Time) {
+	t.Helper()
+	for end := time.Now().Add(5 * time.Second); !c.armed().Equal(want); {
+		if time.Now().After(end) {
+			t.Fatalf("armed deadline %v, want %v", c.armed(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Read deadlines are armed lazily: a later deadline than the armed one
+// (far away) only records what is wanted, and the count of timer updates
+// stays at one for a server that moves its deadline on every request.
+func TestReadDeadlineLazy(t *testing.T) {
+	c, _ := pair(t)
+	first := time.Now().Add(time.Hour)
+	if err := c.SetReadDeadline(first); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 100 {
+		if err := c.SetReadDeadline(time.Now().Add(2*time.Hour + time.Duration(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !c.armed().Equal(first) {
+		t.Errorf("armed %v after later deadlines, want the first, %v", c.armed(), first)
+	}
+	// An earlier deadline is armed at once.
+	earlier := time.Now().Add(time.Minute)
+	if err := c.SetReadDeadline(earlier); err != nil || !c.armed().Equal(earlier) {
+		t.Errorf("armed %v, %v after an earlier deadline, want %v", c.armed(), err, earlier)
+	}
+}
+
+// A lazily armed deadline that fires before the one asked for does not end
+// the Read: it re-arms and waits on, for data or for the deadline asked
+// for (zero: none).
+func TestReadDeadlineFiresEarly(t *testing.T) {
+	defer func(v time.Duration) { lazyNear = v }(lazyNear)
+	lazyNear = 0 // leave even a near deadline armed, so that it fires early
+	for _, later := range []time.Time{time.Now().Add(time.Hour), {}} {
+		c, srv := pair(t)
+		if err := c.SetReadDeadline(time.Now().Add(20 * time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.SetReadDeadline(later); err != nil {
+			t.Fatal(err)
+		}
+		type res struct {
+			b   string
+			err error
+		}
+		got := make(chan res, 1)
+		go func() {
+			b := make([]byte, 4)
+			n, err := c.Read(b)
+			got <- res{string(b[:n]), err}
+		}()
+		waitArmed(t, c, later) // the 20 ms deadline fired and Read re-armed
+		select {
+		case r := <-got:
+			t.Fatalf("later %v: Read ended early: %q, %v", later, r.b, r.err)
+		default:
+		}
+		if _, err := srv.Write([]byte("data")); err != nil {
+			t.Fatal(err)
+		}
+		if r := <-got; r.err != nil || r.b != "data" {
+			t.Errorf("later %v: Read = %q, %v; want data", later, r.b, r.err)
+		}
+	}
+}
+
+// An earlier deadline set while a Read waits ends it, as with net.Conn;
+// a deadline asked for that has passed when the armed one fires is a
+// timeout.
+func TestReadDeadlineInterrupts(t *testing.T) {
+	c, _ := pair(t)
+	if err := c.SetReadDeadline(time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Read(make([]byte, 4))
+		errc <- err
+	}()
+	if err := c.SetReadDeadline(time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("Read after an earlier deadline: %v, want a timeout", err)
+	}
+
+	defer func(v time.Duration) { lazyNear = v }(lazyNear)
+	lazyNear = 0
+	c2, _ := pair(t)
+	start := time.Now()
+	_ = c2.SetReadDeadline(start.Add(10 * time.Millisecond))
+	_ = c2.SetReadDeadline(start.Add(40 * time.Millisecond)) // lazy: fires at 10 ms, re-armed to 40
+	_, err := c2.Read(make([]byte, 4))
+	if !errors.Is(err, os.ErrDeadlineExceeded) || time.Since(start) < 40*time.Millisecond {
+		t.Errorf("Read = %v after %v; want a timeout at the later deadline, 40 ms", err, time.Since(start))
+	}
+}
+
 // Writes larger than the socket buffers and than maxWrite wait for the
 // reader (EAGAIN, then the poller) and arrive whole and in order.
 func TestLargeWriteWaitsForReader(t *testing.T) {
