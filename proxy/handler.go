@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -84,6 +85,10 @@ type Config struct {
 	// oldest progress, then log notifications are dropped, never requests.
 	// Default 256.
 	QueueMax int
+	// UpstreamTLS configures TLS to an https upstream: root CAs, client
+	// certificates, ServerName. Default: the system's roots, the URL's host
+	// as ServerName, TLS 1.2 or newer. Unused for an http upstream.
+	UpstreamTLS *tls.Config
 	// NetIO makes upstream connections plain net.Conns instead of
 	// sysconn.Conns (direct system calls, see package sysconn). Default
 	// false: direct calls, which cost less CPU per request.
@@ -153,6 +158,7 @@ type Handler struct {
 	upAddr  string // host:port
 	upHost  string // host[:port] as in the URL
 	upTLS   bool
+	tlsConf *tls.Config // for an https upstream: Config.UpstreamTLS completed
 	mcpPath []byte
 
 	origins map[string]bool
@@ -240,6 +246,9 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 			h.upAddr = net.JoinHostPort(u.Hostname(), "80")
 		}
 	}
+	if h.upTLS {
+		h.tlsConf = upstreamTLSConfig(cfg.UpstreamTLS, u.Hostname())
+	}
 	if len(cfg.AllowedOrigins) > 0 {
 		h.origins = make(map[string]bool, len(cfg.AllowedOrigins))
 		for _, o := range cfg.AllowedOrigins {
@@ -259,6 +268,7 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 		Addr:                          h.upAddr,
 		Name:                          "taskgate",
 		IsTLS:                         h.upTLS,
+		TLSConfig:                     h.tlsConf,
 		NoDefaultUserAgentHeader:      true,
 		DisablePathNormalizing:        true,
 		DisableHeaderNamesNormalizing: false,
@@ -337,6 +347,23 @@ const msgLeaseLost = "the taskgate process running this call stopped (its lease 
 
 // Running reports how many background task calls are in flight.
 func (h *Handler) Running() int64 { return h.m.runningNow.Load() }
+
+// upstreamTLSConfig completes base (nil: defaults) for an https upstream
+// named host: the URL's host as ServerName unless set, TLS 1.2 or newer
+// unless a minimum is set.
+func upstreamTLSConfig(base *tls.Config, host string) *tls.Config {
+	c := &tls.Config{}
+	if base != nil {
+		c = base.Clone()
+	}
+	if c.ServerName == "" {
+		c.ServerName = host
+	}
+	if c.MinVersion == 0 {
+		c.MinVersion = tls.VersionTLS12
+	}
+	return c
+}
 
 // dialSocket is the default dialTCP: a TCP connection whose reads and
 // writes are direct system calls unless Config.NetIO.

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"net"
@@ -202,7 +203,10 @@ func (h *Handler) upstreamFailed(rc *fasthttp.RequestCtx, info *reqInfo, id []by
 // message for the client.
 func statusFor(err error) (int, string) {
 	var ne net.Error
+	var cve *tls.CertificateVerificationError
 	switch {
+	case errors.As(err, &cve):
+		return fasthttp.StatusBadGateway, "taskgate: upstream TLS certificate not trusted"
 	case errors.Is(err, fasthttp.ErrTimeout), errors.Is(err, os.ErrDeadlineExceeded),
 		errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
 		return fasthttp.StatusGatewayTimeout, "taskgate: upstream timed out"

@@ -317,8 +317,7 @@ func (h *Handler) upstreamTLS(ctx context.Context, c net.Conn) (net.Conn, error)
 	if !h.upTLS {
 		return c, nil
 	}
-	host, _, _ := net.SplitHostPort(h.upAddr)
-	tc := tls.Client(c, &tls.Config{ServerName: host, MinVersion: tls.VersionTLS12})
+	tc := tls.Client(c, h.tlsConf)
 	if err := tc.HandshakeContext(ctx); err != nil {
 		_ = c.Close()
 		return nil, err

@@ -63,11 +63,16 @@ func newTaskEnvWrapped(t *testing.T, policyYAML string, cfg Config, wrap func(ta
 	if err != nil {
 		t.Fatal(err)
 	}
+	return newTaskEnvOn(t, pol, cfg, wrap, newFakeUpstream(t))
+}
+
+// newTaskEnvOn is newTaskEnvWrapped in front of up.
+func newTaskEnvOn(t *testing.T, pol *policy.Policy, cfg Config, wrap func(taskstore.Store) taskstore.Store, up *fakeUpstream) *taskEnv {
+	t.Helper()
 	store, closeStore, err := taskstore.NewEmbedded(taskstore.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := newFakeUpstream(t)
 	cfg.Upstream = up.url()
 	if cfg.TaskRate == 0 {
 		cfg.TaskRate = -1 // tests poll fast; TestRateLimit covers the limit

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -28,9 +29,10 @@ import (
 //	status404        HTTP 404
 //	big {bytes}      JSON result with a text of that many bytes
 type fakeUpstream struct {
-	t    *testing.T
-	addr string
-	srv  *fasthttp.Server
+	t      *testing.T
+	addr   string
+	scheme string // http or https
+	srv    *fasthttp.Server
 
 	mu        sync.Mutex
 	requests  []fakeRequest // every POST body with its headers
@@ -48,13 +50,20 @@ type fakeRequest struct {
 	httpGet bool
 }
 
-func newFakeUpstream(t *testing.T) *fakeUpstream {
+func newFakeUpstream(t *testing.T) *fakeUpstream { return newFakeUpstreamTLS(t, nil) }
+
+// newFakeUpstreamTLS serves over TLS with cert (nil: plain HTTP).
+func newFakeUpstreamTLS(t *testing.T, cert *tls.Certificate) *fakeUpstream {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &fakeUpstream{t: t, addr: ln.Addr().String(), release: make(chan struct{}), answers: make(chan string, 16)}
+	u := &fakeUpstream{t: t, addr: ln.Addr().String(), scheme: "http", release: make(chan struct{}), answers: make(chan string, 16)}
+	if cert != nil {
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{*cert}})
+		u.scheme = "https"
+	}
 	u.srv = &fasthttp.Server{Handler: u.serve, CloseOnShutdown: true}
 	go func() { _ = u.srv.Serve(ln) }()
 	t.Cleanup(func() {
@@ -64,7 +73,7 @@ func newFakeUpstream(t *testing.T) *fakeUpstream {
 	return u
 }
 
-func (u *fakeUpstream) url() string { return "http://" + u.addr + "/mcp" }
+func (u *fakeUpstream) url() string { return u.scheme + "://" + u.addr + "/mcp" }
 
 func (u *fakeUpstream) releaseAll() {
 	u.mu.Lock()
@@ -151,6 +160,10 @@ func (u *fakeUpstream) serve(rc *fasthttp.RequestCtx) {
 	jsonAnswer := func(s string) {
 		rc.Response.Header.SetContentType("application/json")
 		rc.SetBodyString(s)
+	}
+	if msg.Method == "initialize" {
+		jsonAnswer(`{"jsonrpc":"2.0","id":` + id + `,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}},"serverInfo":{"name":"fake","version":"1"}}}`)
+		return
 	}
 	if msg.Method != "tools/call" {
 		jsonAnswer(`{"jsonrpc":"2.0","id":` + id + `,"result":{}}`)

@@ -13,6 +13,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -49,6 +51,7 @@ func main() {
 // options are the parsed flags.
 type options struct {
 	listen, upstream, redisURL, configPath, adminListen string
+	upstreamCA                                          string
 	logLevel, logFormat                                 string
 	ownerKey, allowedOrigins                            string
 	rewriteHost, directIO                               bool
@@ -78,6 +81,7 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address the proxy listens on")
 	fs.StringVar(&o.upstream, "upstream", "", "URL of the upstream MCP endpoint, e.g. http://127.0.0.1:3000/mcp (required)")
+	fs.StringVar(&o.upstreamCA, "upstream-ca", "", "PEM file of the CA certificates trusted for an https --upstream, instead of the system's")
 	fs.StringVar(&o.redisURL, "redis", "", "task store: redis://, rediss://, redis+cluster:// or redis+sentinel:// URL; empty = embedded in-process store (single process only)")
 	fs.StringVar(&o.configPath, "config", "", "policy file (YAML); empty = defaults (every tool optional)")
 	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:9090", "address of /healthz, /readyz and /metrics; empty disables")
@@ -165,6 +169,8 @@ func (o *options) validate() error {
 	switch {
 	case o.upstream == "":
 		return errors.New("--upstream is required (e.g. --upstream http://127.0.0.1:3000/mcp)")
+	case o.upstreamCA != "" && !strings.HasPrefix(strings.ToLower(o.upstream), "https://"):
+		return errors.New("--upstream-ca: the --upstream is not https")
 	case o.logFormat != "json" && o.logFormat != "console":
 		return fmt.Errorf("--log-format: %q is not json or console", o.logFormat)
 	case o.ownerKey != "" && len(o.ownerKey) < 16:
@@ -204,6 +210,23 @@ func (o *options) validate() error {
 	return nil
 }
 
+// upstreamTLS returns the TLS settings for --upstream-ca (nil: the
+// defaults, the system's roots).
+func upstreamTLS(caFile string) (*tls.Config, error) {
+	if caFile == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("--upstream-ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("--upstream-ca %s: no PEM certificate in the file", caFile)
+	}
+	return &tls.Config{RootCAs: pool}, nil
+}
+
 func newLogger(o *options, w io.Writer) zerolog.Logger {
 	lvl, _ := zerolog.ParseLevel(o.logLevel)
 	if o.logFormat == "console" {
@@ -237,6 +260,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
+	upTLS, err := upstreamTLS(o.upstreamCA)
+	if err != nil {
+		fmt.Fprintf(stderr, "taskgate: %v\n", err)
+		return 2
+	}
 	if pol.RetriesRequested() {
 		log.Warn().Msg("policy: idempotent/maxRetries are set, but this version never re-runs a call lost with a crashed replica; such tasks fail (see README, Leases)")
 	}
@@ -268,6 +296,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		TaskRate:          o.taskRate,
 		TaskBurst:         o.taskBurst,
 		NetIO:             !o.directIO,
+		UpstreamTLS:       upTLS,
 	}, pol, store, log, proxy.NewMetrics(reg))
 	if err != nil {
 		fmt.Fprintf(stderr, "taskgate: %v\n", err)
