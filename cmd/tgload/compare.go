@@ -195,16 +195,7 @@ func (s compareSummary) print(out io.Writer, asJSON bool) {
 				t.Ratio, t.RatioMin, t.RatioMax, t.Pooled, t.AddedP50ms, t.AddedP99ms)
 		}
 		if len(t.CPUus) > 0 {
-			keys := make([]string, 0, len(t.CPUus))
-			for k := range t.CPUus {
-				keys = append(keys, k)
-			}
-			slices.Sort(keys)
-			parts := make([]string, len(keys))
-			for j, k := range keys {
-				parts[j] = fmt.Sprintf("%s:%.0f", k, t.CPUus[k])
-			}
-			fmt.Fprintf(out, " cpu-us/req=%s", strings.Join(parts, ","))
+			fmt.Fprintf(out, " cpu-us/req=%s", fmtNamed(t.CPUus, 0))
 		}
 		fmt.Fprintln(out)
 	}

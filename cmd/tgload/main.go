@@ -1229,16 +1229,7 @@ func (r *result) print(out io.Writer, asJSON bool) {
 	fmt.Fprintf(&b, " c=%d dur=%.0fs n=%d rps=%.1f p50=%s p90=%s p99=%s max=%s errors=%d",
 		r.Concurrency, r.DurationS, r.Requests, r.RPS, fmtMs(r.P50ms), fmtMs(r.P90ms), fmtMs(r.P99ms), fmtMs(r.MaxMs), r.Errors)
 	if len(r.CPU) > 0 {
-		keys := make([]string, 0, len(r.CPU))
-		for k := range r.CPU {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		parts := make([]string, len(keys))
-		for i, k := range keys {
-			parts[i] = fmt.Sprintf("%s:%.2f", k, r.CPU[k])
-		}
-		fmt.Fprintf(&b, " cpu=%s", strings.Join(parts, ","))
+		fmt.Fprintf(&b, " cpu=%s", fmtNamed(r.CPU, 2))
 	}
 	fmt.Fprintln(out, b.String())
 	names := make([]string, 0, len(r.Ops))
@@ -1270,6 +1261,21 @@ func (r *result) print(out io.Writer, asJSON bool) {
 	if r.StreamNotes > 0 {
 		fmt.Fprintf(out, "  stream notifications received: %d\n", r.StreamNotes)
 	}
+}
+
+// fmtNamed formats m as name:value pairs sorted by name, values with prec
+// decimals.
+func fmtNamed(m map[string]float64, prec int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s:%.*f", k, prec, m[k])
+	}
+	return strings.Join(parts, ",")
 }
 
 func fmtMs(v float64) string {
