@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/pem"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -17,7 +18,8 @@ import (
 // An upstream reached over TLS with a certificate of a private CA (a TLS
 // reverse proxy in front of the demo server): with --upstream-ca,
 // initialize, a plain call and a task work through taskgate; without it,
-// the system's roots refuse the upstream and a call gets 502 saying why.
+// the system's roots refuse the upstream, a call gets 502 saying why and
+// /readyz reports it.
 func TestTLSUpstream(t *testing.T) {
 	t.Parallel()
 	up := startLegacy(t)
@@ -58,5 +60,19 @@ func TestTLSUpstream(t *testing.T) {
 	if r.Status != http.StatusBadGateway || r.Msg == nil || r.Msg.Error == nil ||
 		!strings.Contains(r.Msg.Error.Message, "certificate not trusted") {
 		t.Errorf("initialize without --upstream-ca: HTTP %d, %s; want 502 naming the certificate", r.Status, r.Body)
+	}
+	for _, g := range []struct {
+		gw    *gateway
+		ready bool
+	}{{gw, true}, {untrusted, false}} {
+		resp, err := http.Get(g.gw.Admin + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if ready := resp.StatusCode == http.StatusOK; ready != g.ready || (!ready && !strings.Contains(string(body), "certificate")) {
+			t.Errorf("/readyz of %s: %d %q; want ready %v (else naming the certificate)", g.gw.URL, resp.StatusCode, body, g.ready)
+		}
 	}
 }

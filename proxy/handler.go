@@ -650,10 +650,16 @@ func (h *Handler) ErrorHandler(rc *fasthttp.RequestCtx, err error) {
 	rc.SetConnectionClose()
 }
 
-// PingUpstream checks that the upstream accepts TCP connections.
+// PingUpstream checks that the upstream accepts TCP connections and, when
+// it is https, completes a TLS handshake that taskgate trusts.
 func (h *Handler) PingUpstream(ctx context.Context) error {
 	c, err := h.dialer.DialContext(ctx, "tcp", h.upAddr)
 	if err != nil {
+		return err
+	}
+	// An https upstream must also pass the TLS handshake: a certificate
+	// taskgate does not trust fails every call.
+	if c, err = h.upstreamTLS(ctx, c); err != nil {
 		return err
 	}
 	return c.Close()

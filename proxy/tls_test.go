@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -90,6 +91,9 @@ func TestTLSUpstream(t *testing.T) {
 			t.Fatalf("tasks/result of a task run over TLS: %s", r.raw)
 		}
 	}
+	if err := e.h.PingUpstream(context.Background()); err != nil {
+		t.Errorf("PingUpstream of a trusted TLS upstream: %v", err)
+	}
 	reqs, _, _ := up.snapshot()
 	if len(reqs) != 6 {
 		t.Errorf("upstream saw %d requests, want 6", len(reqs))
@@ -101,7 +105,8 @@ func TestTLSUpstream(t *testing.T) {
 
 // TestTLSUpstreamUntrusted: without the CA, the system's roots do not
 // trust the upstream: a plain call gets 502 with a JSON-RPC error that says
-// so, and a task fails with a message naming the certificate.
+// so, a task fails with a message naming the certificate, and the readiness
+// check fails.
 func TestTLSUpstreamUntrusted(t *testing.T) {
 	_, cert := testCA(t)
 	up := newFakeUpstreamTLS(t, cert)
@@ -114,6 +119,9 @@ func TestTLSUpstreamUntrusted(t *testing.T) {
 	got := e.waitStatus(alice, task.TaskID, "failed")
 	if !strings.Contains(got.StatusMessage, "certificate") {
 		t.Errorf("statusMessage = %q, want it to name the certificate", got.StatusMessage)
+	}
+	if err := e.h.PingUpstream(context.Background()); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Errorf("PingUpstream of an untrusted TLS upstream: %v; want an error naming the certificate (readyz)", err)
 	}
 	if reqs, _, _ := up.snapshot(); len(reqs) != 0 {
 		t.Errorf("upstream received %d requests over an untrusted connection", len(reqs))
