@@ -18,6 +18,9 @@ import (
 // meaningful where two long runs minutes apart are not. The order rotates
 // every round so that no endpoint always runs first.
 
+// errInterrupted ends a comparison stopped by a signal.
+var errInterrupted = errors.New("interrupted")
+
 // compareTarget is one endpoint of --compare.
 type compareTarget struct {
 	name, url string
@@ -169,7 +172,7 @@ func runCompare(cfg *config, mode string, stop <-chan struct{}, progress io.Writ
 			fmt.Fprintf(&line, " %s %.0f/s", t.name, res.RPS)
 			select {
 			case <-stop:
-				return compareSummary{}, errors.New("interrupted")
+				return compareSummary{}, errInterrupted
 			default:
 			}
 		}
@@ -206,6 +209,9 @@ func compareMain(cfg *config, stop <-chan struct{}) int {
 	failed := false
 	for _, mode := range cfg.modes {
 		s, err := runCompare(cfg, mode, stop, os.Stderr)
+		if errors.Is(err, errInterrupted) {
+			return 130
+		}
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "tgload: mode %s: %v\n", mode, err)
 			return 1
