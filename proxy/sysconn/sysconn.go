@@ -148,32 +148,35 @@ func Wrap(c net.Conn) net.Conn {
 	return s
 }
 
-func (s *Conn) doRead(fd uintptr) bool {
+// rawIO makes one read(2) or write(2) (trap) of b on fd, again after
+// EINTR. ok is false when the call would block (EAGAIN).
+func rawIO(trap, fd uintptr, b []byte) (n int, e syscall.Errno, ok bool) {
 	for {
-		n, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&s.rbuf[0])), uintptr(len(s.rbuf)))
+		r, _, e := syscall.RawSyscall(trap, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
 		switch e {
 		case syscall.EINTR:
 			continue
 		case syscall.EAGAIN:
-			return false
+			return 0, 0, false
 		}
-		s.rn, s.rerr = int(n), e
-		return true
+		return int(r), e, true
 	}
 }
 
-func (s *Conn) doWrite(fd uintptr) bool {
-	for {
-		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&s.wbuf[0])), uintptr(len(s.wbuf)))
-		switch e {
-		case syscall.EINTR:
-			continue
-		case syscall.EAGAIN:
-			return false
-		}
-		s.wn, s.werr = int(n), e
-		return true
+func (s *Conn) doRead(fd uintptr) bool {
+	n, e, ok := rawIO(syscall.SYS_READ, fd, s.rbuf)
+	if ok {
+		s.rn, s.rerr = n, e
 	}
+	return ok
+}
+
+func (s *Conn) doWrite(fd uintptr) bool {
+	n, e, ok := rawIO(syscall.SYS_WRITE, fd, s.wbuf)
+	if ok {
+		s.wn, s.werr = n, e
+	}
+	return ok
 }
 
 // WriteLater keeps a copy of p to be written by the next Read, right before
@@ -240,11 +243,9 @@ func (s *Conn) doHeldWrite(fd uintptr) bool {
 		return s.doRead(fd)
 	}
 	for len(s.held) > 0 {
-		n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&s.held[0])), uintptr(len(s.held)))
+		n, e, ok := rawIO(syscall.SYS_WRITE, fd, s.held)
 		switch {
-		case e == syscall.EINTR:
-			continue
-		case e == syscall.EAGAIN:
+		case !ok:
 			s.heldLeft = true
 			return true
 		case e != 0:
