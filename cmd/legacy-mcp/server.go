@@ -134,6 +134,9 @@ func newServer(root context.Context, cfg config, log *slog.Logger) *mcp.Server {
 			"(calls whose context was cancelled before they returned), and calls running now (not counting this one).",
 		InputSchema: rawSchema(`{"type": "object", "additionalProperties": false}`),
 	}, t.statsTool)
+	if cfg.fixtures {
+		addFixtures(t, s)
+	}
 	return s
 }
 
