@@ -93,6 +93,11 @@ type Config struct {
 	// sysconn.Conns (direct system calls, see package sysconn). Default
 	// false: direct calls, which cost less CPU per request.
 	NetIO bool
+	// PromoteWindow is how long a tools/call of the MCP 2026-07-28 wire
+	// that may become a task runs before it does: a call that ends sooner
+	// gets its plain result, one whose upstream asks the client something
+	// sooner gets an InputRequiredResult. Default 250ms.
+	PromoteWindow time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -167,6 +172,9 @@ type Handler struct {
 	// taskgate does nothing task-related (P-01).
 	native     atomic.Bool
 	nativeOnce sync.Once
+
+	// w26 serves requests of the MCP 2026-07-28 wire (modern.go).
+	w26 *modernWire
 
 	versions versionCache
 	tools    toolLimiter
@@ -280,8 +288,10 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 		// (STYLE pitfall 13); fasthttp only retries idempotent methods.
 		MaxIdemponentCallAttempts: 1,
 	}
-	h.bg.Add(1)
+	h.w26 = newModernWire(h)
+	h.bg.Add(2)
 	go h.recoverLoop()
+	go h.w26.reapLoop()
 	return h, nil
 }
 
@@ -504,6 +514,9 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 		return
 	}
 	info.method = env.method
+	if h.w26.serve(rc, &info, &env) {
+		return
+	}
 	if !h.native.Load() && h.reservedID(rc, &info, &env) {
 		return
 	}

@@ -57,7 +57,8 @@ func metricMethod(m string) string {
 		methodTasksResult, methodTasksList, methodTasksCancel, methodPing,
 		"notifications/initialized", notificationCancelled, "resources/list", "resources/read",
 		"resources/templates/list", "prompts/list", "prompts/get", "completion/complete",
-		"logging/setLevel", "notifications/progress", "notifications/roots/list_changed", "get_stream":
+		"logging/setLevel", "notifications/progress", "notifications/roots/list_changed", "get_stream",
+		methodDiscover, methodTasksUpdate:
 		return m
 	}
 	return "other"

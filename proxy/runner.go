@@ -28,6 +28,7 @@ type job struct {
 	st      policy.Settings
 	log     zerolog.Logger
 	session string // store key of the client's session ("" without one)
+	modern  *modernJob // set for tasks created on the 2026-07-28 wire
 
 	pending    atomic.Int32 // relayed requests the client has not answered yet
 	lastStatus time.Time    // last progress-driven statusMessage update (reader goroutine only)
@@ -463,6 +464,14 @@ func (p *connPool) close() {
 
 // callUpstream runs the call and classifies the upstream's answer.
 func (h *Handler) callUpstream(ctx context.Context, j *job) callResult {
+	if j.modern != nil {
+		return h.callModern(ctx, j)
+	}
+	return h.callUpstreamOnce(ctx, j)
+}
+
+// callUpstreamOnce sends the call's request once and classifies the answer.
+func (h *Handler) callUpstreamOnce(ctx context.Context, j *job) callResult {
 	j.req.Header.ResetConnectionClose()
 	x, err := h.roundTrip(ctx, j.req)
 	if err != nil {
@@ -702,6 +711,9 @@ func (h *Handler) postUpstream(j *job, body []byte) {
 
 // notifyCancelled tells the upstream to stop the call (P-06, E-26).
 func (h *Handler) notifyCancelled(j *job, reason string) {
+	if j.modern != nil && j.modern.era == era2026 {
+		return // a 2026 upstream learns it from the closed request stream
+	}
 	body := make([]byte, 0, 160)
 	body = append(body, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`...)
 	body = append(body, j.t.UpstreamID...)

@@ -88,6 +88,9 @@ func (h *Handler) relayNotification(ctx context.Context, j *job, env *envelope, 
 			cancel()
 		}
 	}
+	if j.modern != nil {
+		return // the 2026 wire has no notifications on tasks; progress fed the statusMessage
+	}
 	out, err := withRelatedTaskParams(msg, j.t.ID)
 	if err != nil {
 		j.log.Warn().Err(err).Str(logRPCMethod, env.method).Msg("dropping a malformed upstream notification")
@@ -115,6 +118,10 @@ func (h *Handler) enqueue(ctx context.Context, j *job, kind taskstore.MessageKin
 // sampling, roots): the task enters input_required (T-62) and the request
 // waits for a stream.
 func (h *Handler) relayRequest(ctx context.Context, j *job, env *envelope, msg []byte) {
+	if j.modern != nil {
+		h.modernQuestion(ctx, j, env, msg)
+		return
+	}
 	if j.session == "" {
 		// Without a session the client's answer cannot be matched.
 		h.postUpstream(j, appendErrorResponse(nil, env.id, codeMethodNotFound,
@@ -144,6 +151,10 @@ func (h *Handler) relayRequest(ctx context.Context, j *job, env *envelope, msg [
 // deliverAnswers posts the client's answers from the task's inbox upstream
 // and returns the task to working once nothing is pending (T-65).
 func (h *Handler) deliverAnswers(ctx context.Context, j *job) {
+	if j.modern != nil {
+		h.modernAnswers(ctx, j)
+		return
+	}
 	if j.pending.Load() <= 0 {
 		return
 	}

@@ -1,0 +1,302 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/taskgate/taskgate/taskstore"
+)
+
+// modernJob is the 2026-wire part of a task's job: the questions the
+// upstream call asked and the client has not answered yet, keyed by keys
+// unique for the task's life ("in-1", "in-2", ...). It lives in the process
+// running the call; answers reach it from any process through the store
+// (AddPending under modernSession, Answer, TakeAnswers).
+//
+// A 2025 upstream asks with JSON-RPC requests on the call's stream, each
+// answered with a JSON-RPC response under the upstream's id. A 2026
+// upstream answers the call with an InputRequiredResult; once all its
+// questions are answered, the runner calls again with inputResponses (under
+// the upstream's own keys) and the upstream's requestState.
+type modernJob struct {
+	era    int
+	params []byte // the call's params as sent upstream (for the retries of a 2026 upstream)
+	// declared input types of the creating request: only these are asked.
+	elicitation, sampling, roots bool
+	session                      *bridgeSession // the upstream session of a 2025 upstream (nil otherwise)
+
+	asked     chan struct{} // closed at the first question
+	askedOnce sync.Once
+
+	mu      sync.Mutex
+	next    int                  // last key number handed out
+	open    map[string]*question // by key
+	order   []string             // keys in the order asked
+	round   int                  // pending questions of the current 2026 round
+	answers map[string][]byte    // upstream key -> answer, current 2026 round
+	state   string               // upstream requestState of the current round
+	roundOK chan struct{}        // closed when the current 2026 round is fully answered
+}
+
+// question is one open question of a task.
+type question struct {
+	method string
+	params []byte
+	upID   []byte // 2025 upstream: the request's JSON-RPC id
+	upKey  string // 2026 upstream: the upstream's key
+}
+
+func newModernJob(era int, m *modernMeta, params []byte) *modernJob {
+	return &modernJob{
+		era: era, params: params,
+		elicitation: m.elicitation, sampling: m.sampling, roots: m.roots,
+		asked: make(chan struct{}), open: make(map[string]*question),
+	}
+}
+
+// release gives back the upstream session (when the call ends or never
+// started).
+func (mj *modernJob) release() {
+	if mj.session != nil {
+		mj.session.done()
+		mj.session = nil
+	}
+}
+
+// declares reports whether the creating request declared what method asks.
+func (mj *modernJob) declares(method string) bool {
+	switch method {
+	case "elicitation/create":
+		return mj.elicitation
+	case "sampling/createMessage":
+		return mj.sampling
+	case "roots/list":
+		return mj.roots
+	}
+	return false
+}
+
+// add records a question and returns its key.
+func (mj *modernJob) add(q *question) string {
+	mj.mu.Lock()
+	defer mj.mu.Unlock()
+	mj.next++
+	key := "in-" + strconv.Itoa(mj.next)
+	mj.open[key] = q
+	mj.order = append(mj.order, key)
+	return key
+}
+
+// openRequests renders the open questions as an InputRequests object.
+func (mj *modernJob) openRequests() []byte {
+	mj.mu.Lock()
+	defer mj.mu.Unlock()
+	out := []byte{'{'}
+	n := 0
+	for _, k := range mj.order {
+		q, ok := mj.open[k]
+		if !ok {
+			continue
+		}
+		if n > 0 {
+			out = append(out, ',')
+		}
+		n++
+		out = appendJSONString(out, k)
+		out = append(out, `:{"method":`...)
+		out = appendJSONString(out, q.method)
+		out = append(out, `,"params":`...)
+		out = append(out, q.params...)
+		out = append(out, '}')
+	}
+	return append(out, '}')
+}
+
+// deliver applies answers: each open key is closed at once and its answer
+// goes to the upstream (2025: a JSON-RPC response; 2026: kept for the
+// retry, which starts once the round is complete). Unknown and answered
+// keys are ignored. It reports whether no question is open afterwards.
+func (mj *modernJob) deliver(h *Handler, j *job, answers []keyVal) bool {
+	type post struct{ body []byte }
+	var posts []post
+	mj.mu.Lock()
+	for _, a := range answers {
+		q, ok := mj.open[a.key]
+		if !ok {
+			continue
+		}
+		delete(mj.open, a.key)
+		switch mj.era {
+		case era2025:
+			posts = append(posts, post{appendResultResponse(nil, q.upID, a.val)})
+		default:
+			mj.answers[q.upKey] = append([]byte(nil), a.val...)
+			mj.round--
+			if mj.round == 0 && mj.roundOK != nil {
+				close(mj.roundOK)
+				mj.roundOK = nil
+			}
+		}
+	}
+	none := len(mj.open) == 0
+	mj.mu.Unlock()
+	for _, p := range posts {
+		h.postUpstream(j, p.body)
+	}
+	if none && (len(posts) > 0 || len(answers) > 0) {
+		ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
+		_, _ = h.store.Update(ctx, j.t.Owner, j.t.ID, taskstore.Working, "input received; working")
+		cancel()
+	}
+	return none
+}
+
+// modernAnswers takes the answers other processes left in the task's
+// inbox and delivers them.
+func (h *Handler) modernAnswers(ctx context.Context, j *job) {
+	sctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
+	raw, err := h.store.TakeAnswers(sctx, j.t.Owner, j.t.ID)
+	cancel()
+	if err != nil || len(raw) == 0 {
+		return
+	}
+	answers := make([]keyVal, 0, len(raw))
+	for _, r := range raw {
+		vals, err := members(r, "key", "answer")
+		if err != nil || vals[1] == nil {
+			continue
+		}
+		if k, ok := unquoteValue(vals[0]); ok {
+			answers = append(answers, keyVal{key: k, val: vals[1]})
+		}
+	}
+	j.modern.deliver(h, j, answers)
+}
+
+// ask makes q an open question of the task: input_required in the store,
+// pending for answers from any process, and visible to tasks/get.
+func (h *Handler) ask(ctx context.Context, j *job, q *question) {
+	mj := j.modern
+	key := mj.add(q)
+	sctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
+	defer cancel()
+	if err := h.store.AddPending(sctx, j.t.Owner, modernSession(j.t.ID), key, j.t.ID); err != nil {
+		j.log.Warn().Err(err).Msg("recording an open question in the store failed; only this process can take its answer")
+	}
+	if _, err := h.store.Update(sctx, j.t.Owner, j.t.ID, taskstore.InputRequired, "waiting for the client to answer "+q.method); err != nil {
+		j.log.Debug().Err(err).Msg("moving the task to input_required failed")
+	}
+	mj.askedOnce.Do(func() { close(mj.asked) })
+}
+
+// modernQuestion handles a request a 2025 upstream sends during a task's
+// call: a question of a type the creating request declared becomes an open
+// question of the task; any other is answered with an error at once.
+func (h *Handler) modernQuestion(ctx context.Context, j *job, env *envelope, msg []byte) {
+	if !j.modern.declares(env.method) {
+		h.postUpstream(j, appendErrorResponse(nil, env.id, codeMethodNotFound,
+			"taskgate: the client of this task did not declare support for "+env.method))
+		return
+	}
+	params := []byte("{}")
+	if env.params != nil {
+		params = append([]byte(nil), env.params...)
+	}
+	h.ask(ctx, j, &question{method: env.method, params: params, upID: append([]byte(nil), env.id...)})
+}
+
+// maxRounds bounds the input rounds of one call to a 2026 upstream.
+const maxRounds = 32
+
+// callModern runs the upstream call of a task created on the 2026 wire.
+// For a 2026 upstream an InputRequiredResult is not the end: its questions
+// become the task's, and the call is made again with the answers.
+func (h *Handler) callModern(ctx context.Context, j *job) callResult {
+	mj := j.modern
+	defer mj.release()
+	if mj.era == era2025 {
+		return h.callUpstreamOnce(ctx, j)
+	}
+	for round := 0; ; round++ {
+		res := h.callUpstreamOnce(ctx, j)
+		if res.out.Kind != taskstore.OutcomeResult || !isInputRequired(res.out.Raw) {
+			return res
+		}
+		if round >= maxRounds {
+			return internalFailure("upstream asked for input more than %d times in one call", maxRounds)
+		}
+		vals, err := members(res.out.Raw, "inputRequests", "requestState")
+		if err != nil || !isObject(vals[0]) {
+			return internalFailure("upstream answered input_required without an inputRequests object")
+		}
+		reqs, err := splitObject(vals[0])
+		if err != nil || len(reqs) == 0 {
+			return internalFailure("upstream answered input_required without questions")
+		}
+		state, _ := unquoteValue(vals[1])
+		ok := make(chan struct{})
+		mj.mu.Lock()
+		mj.round, mj.answers, mj.state, mj.roundOK = len(reqs), make(map[string][]byte, len(reqs)), state, ok
+		mj.mu.Unlock()
+		for _, r := range reqs {
+			qv, err := members(r.val, "method", "params")
+			method, _ := unquoteValue(qv[0])
+			if err != nil || !mj.declares(method) {
+				return internalFailure("upstream asked for %q, which the client of this task did not declare", method)
+			}
+			params := qv[1]
+			if params == nil {
+				params = []byte("{}")
+			}
+			h.ask(ctx, j, &question{method: method, params: append([]byte(nil), params...), upKey: r.key})
+		}
+		select {
+		case <-ok:
+		case <-ctx.Done():
+			return callResult{}
+		}
+		body, err := mj.retryParams()
+		if err != nil {
+			return internalFailure("building the retry with the client's answers failed: %v", err)
+		}
+		j.req.SetBody(appendCallBody(nil, j.t.UpstreamID, body))
+	}
+}
+
+// retryParams returns the call's params with the current round's answers
+// and the upstream's requestState.
+func (mj *modernJob) retryParams() ([]byte, error) {
+	mj.mu.Lock()
+	defer mj.mu.Unlock()
+	resp := []byte{'{'}
+	n := 0
+	for k, v := range mj.answers {
+		if n > 0 {
+			resp = append(resp, ',')
+		}
+		n++
+		resp = appendJSONString(resp, k)
+		resp = append(resp, ':')
+		resp = append(resp, v...)
+	}
+	resp = append(resp, '}')
+	out, err := setMember(mj.params, "inputResponses", resp)
+	if err != nil || mj.state == "" {
+		return out, err
+	}
+	return setMember(out, "requestState", appendJSONString(nil, mj.state))
+}
+
+// isInputRequired reports whether a result is an InputRequiredResult.
+func isInputRequired(result []byte) bool {
+	vals, err := members(result, "resultType")
+	return err == nil && string(vals[0]) == `"input_required"`
+}
+
+var errNoBridgeSession = errors.New("no upstream session for the bridged 2026 client")
+
+// bridgeDeadline bounds how long one bridged request may wait.
+const bridgeDeadline = 5 * time.Minute

@@ -1,0 +1,509 @@
+package proxy
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/taskgate/taskgate/capability"
+	"github.com/taskgate/taskgate/policy"
+	"github.com/taskgate/taskgate/proxy/wire2026"
+	"github.com/taskgate/taskgate/taskstore"
+)
+
+// createTask stores a task for a 2026 tools/call that declared the tasks
+// extension, starts its runner, and answers once the call has run for the
+// promote window (or ended, or asked the client something, sooner):
+//
+//   - the call ended: its result (or error) as a plain answer; the task
+//     record stays readable for its ttl;
+//   - the upstream asked the client: an InputRequiredResult with the
+//     questions and a signed requestState; the client's retry with the
+//     answers (resumeHeld) goes on with the same call and gets the task;
+//   - otherwise: the flat CreateTaskResult. The task was stored (and
+//     acknowledged by the store) before, so tasks/get on any replica finds
+//     it.
+func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, tool string, st policy.Settings, m *modernMeta, era int) {
+	h := w.h
+	if h.closed.Load() {
+		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, msgShuttingDown))
+		return
+	}
+	owner, _ := h.owner(&rc.Request.Header)
+	if !h.allowTaskOp(rc, info, env.id, owner) {
+		return
+	}
+	params, err := upstreamParams(env.params, era)
+	if err != nil {
+		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid tools/call params: "+err.Error()))
+		return
+	}
+	if !h.tools.acquire(tool, st.MaxConcurrent) {
+		h.m.tasks.WithLabelValues("refused").Inc()
+		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, fmt.Sprintf(
+			"taskgate: tool %q already runs %d task calls here (policy maxConcurrent); retry later", tool, st.MaxConcurrent)))
+		return
+	}
+	id, err1 := taskstore.NewID()
+	upNonce, err2 := taskstore.NewID()
+	if err := errors.Join(err1, err2); err != nil {
+		h.tools.release(tool)
+		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, "taskgate: generating a task id failed"))
+		return
+	}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	t := &taskstore.Task{
+		ID:           id,
+		Owner:        owner,
+		Status:       taskstore.Working,
+		CreatedAt:    now,
+		UpdatedAt:    now,
+		TTL:          st.TTL(nil),
+		PollInterval: st.PollInterval,
+		Tool:         tool,
+		UpstreamID:   `"` + upstreamIDPrefix + upNonce + `"`,
+		Runner:       h.cfg.ProcessID,
+	}
+	info.taskID = id
+
+	mj := newModernJob(era, m, params)
+	req := fasthttp.AcquireRequest()
+	if err := w.prepareCall(rc, req, owner, era, mj); err != nil {
+		fasthttp.ReleaseRequest(req)
+		h.tools.release(tool)
+		h.upstreamFailed(rc, info, env.id, err)
+		return
+	}
+	req.SetBody(appendCallBody(nil, t.UpstreamID, params))
+
+	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
+	err = h.store.Create(ctx, t, taskstore.CreateOptions{MaxPerOwner: max(h.cfg.MaxTasksPerOwner, 0), Lease: h.cfg.Lease})
+	cancel()
+	if err != nil {
+		mj.release()
+		h.tools.release(tool)
+		fasthttp.ReleaseRequest(req)
+		h.m.tasks.WithLabelValues("refused").Inc()
+		switch {
+		case errors.Is(err, taskstore.ErrOwnerLimit):
+			h.rpcError(rc, info, env.id, newRPCError(codeInternalError, fmt.Sprintf(
+				"taskgate: too many unfinished tasks for this caller (limit %d); wait for some to finish", h.cfg.MaxTasksPerOwner)))
+		default:
+			h.log.Error().Err(err).Str(logTool, tool).Msg("creating a task failed")
+			h.rpcError(rc, info, env.id, newRPCError(codeInternalError, msgStoreUnavailable))
+			h.abandonCreate(t)
+		}
+		return
+	}
+	h.m.tasks.WithLabelValues("created").Inc()
+	h.log.Info().Str(logTaskID, id).Str(logOwner, owner).Str(logTool, tool).Str("wire", wire2026.ProtocolVersion).
+		Dur("ttl", t.TTL).Msg("task created")
+	j := newJob(t, req, st, "")
+	j.modern = mj
+	h.jobs.Store(t.ID, j)
+	h.startJob(j)
+
+	timer := time.NewTimer(w.window)
+	defer timer.Stop()
+	select {
+	case <-j.settled:
+		w.plainOutcome(rc, info, env.id, j)
+	case <-mj.asked:
+		info.outcome = "input_required"
+		w.inputRequired(rc, env.id, owner, j)
+	case <-timer.C:
+		w.created(rc, env.id, j.t)
+	}
+}
+
+// created answers with the CreateTaskResult of t.
+func (w *modernWire) created(rc *fasthttp.RequestCtx, id []byte, t *taskstore.Task) {
+	wt := toWireTask(t)
+	w.h.rpcResult(rc, id, wire2026.AppendCreateTaskResult(make([]byte, 0, 256), &wt))
+}
+
+// plainOutcome answers a call that ended within the promote window with
+// its outcome, as a plain call would have been answered.
+func (w *modernWire) plainOutcome(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, j *job) {
+	t, out := j.finalTask, j.finalOut
+	if t == nil {
+		ctx, cancel := context.WithTimeout(w.h.root, w.h.cfg.StoreTimeout)
+		var err error
+		t, out, err = w.h.store.Outcome(ctx, j.t.Owner, j.t.ID)
+		cancel()
+		if err != nil {
+			w.h.storeError(rc, info, id, err)
+			return
+		}
+	}
+	switch {
+	case out != nil && out.Kind == taskstore.OutcomeResult:
+		msg, err := capability.ModernResult(appendResultResponse(nil, id, out.Raw), false)
+		if err != nil {
+			msg = appendResultResponse(nil, id, out.Raw)
+		}
+		rc.SetStatusCode(fasthttp.StatusOK)
+		rc.Response.Header.SetContentType("application/json")
+		rc.SetBody(msg)
+	case out != nil && out.Kind == taskstore.OutcomeError:
+		rc.SetStatusCode(fasthttp.StatusOK)
+		rc.Response.Header.SetContentType("application/json")
+		rc.SetBody(appendRawErrorResponse(nil, id, out.Raw))
+	case t.Status == taskstore.Cancelled:
+		h := w.h
+		h.rpcError(rc, info, id, newRPCError(codeInternalError, "taskgate: the call was cancelled"))
+	default:
+		w.h.rpcError(rc, info, id, newRPCError(codeInternalError, "taskgate: "+t.StatusMessage))
+	}
+}
+
+// inputRequired answers with an InputRequiredResult holding j's open
+// questions and a requestState naming j's task.
+func (w *modernWire) inputRequired(rc *fasthttp.RequestCtx, id []byte, owner string, j *job) {
+	state := w.signState(owner, j.t.ID, j.t.Tool, time.Now().Add(holdFor))
+	w.h.rpcResult(rc, id, wire2026.AppendInputRequired(nil, j.modern.openRequests(), state))
+}
+
+// holdFor is how long a requestState of an InputRequiredResult is valid.
+const holdFor = 10 * time.Minute
+
+// requestStatePrefix starts the requestState values taskgate signs.
+const requestStatePrefix = "tgs1."
+
+// signState returns a requestState naming owner's task taskID of tool,
+// valid until exp: the task id, tool and expiry, and a keyed hash of them
+// and the owner (so only the owner can use it, and any replica sharing the
+// owner key can verify it).
+func (w *modernWire) signState(owner, taskID, tool string, exp time.Time) string {
+	payload := taskID + "." + strconv.FormatInt(exp.Unix(), 10) + "." + base64.RawURLEncoding.EncodeToString([]byte(tool))
+	return requestStatePrefix + payload + "." + w.h.keyedHash("request-state", []byte(owner+"\x00"+payload))
+}
+
+// verifyState returns the task id a requestState of signState names, if
+// it is intact, unexpired, the owner's, and for tool.
+func (w *modernWire) verifyState(owner, tool, state string) (string, bool) {
+	rest, ok := strings.CutPrefix(state, requestStatePrefix)
+	if !ok {
+		return "", false
+	}
+	i := strings.LastIndexByte(rest, '.')
+	if i < 0 {
+		return "", false
+	}
+	payload, mac := rest[:i], rest[i+1:]
+	if !equalConstantTime(mac, w.h.keyedHash("request-state", []byte(owner+"\x00"+payload))) {
+		return "", false
+	}
+	parts := strings.Split(payload, ".")
+	if len(parts) != 3 {
+		return "", false
+	}
+	exp, err := strconv.ParseInt(parts[1], 10, 64)
+	if err != nil || time.Now().Unix() > exp {
+		return "", false
+	}
+	if t, err := base64.RawURLEncoding.DecodeString(parts[2]); err != nil || string(t) != tool {
+		return "", false
+	}
+	return parts[0], true
+}
+
+func equalConstantTime(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	var d byte
+	for i := range len(a) {
+		d |= a[i] ^ b[i]
+	}
+	return d == 0
+}
+
+// resumeHeld serves the retry of a call that got an InputRequiredResult
+// from createTask: the answers go to the held call (its task), and the
+// client gets the task's CreateTaskResult. A tampered, expired or foreign
+// requestState is refused with -32602.
+func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, tool, state string) {
+	h := w.h
+	owner, _ := h.owner(&rc.Request.Header)
+	if !h.allowTaskOp(rc, info, env.id, owner) {
+		return
+	}
+	taskID, ok := w.verifyState(owner, tool, state)
+	if !ok {
+		w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: requestState is invalid, expired, or not for this call", nil)
+		return
+	}
+	info.taskID = taskID
+	vals, err := members(env.params, "inputResponses")
+	if err != nil || !isObject(vals[0]) {
+		w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: a retry with requestState needs an inputResponses object", nil)
+		return
+	}
+	t, err := w.answer(owner, taskID, vals[0])
+	if err != nil {
+		w.taskError(rc, info, env.id, err)
+		return
+	}
+	w.created(rc, env.id, t)
+}
+
+// tasksMethod serves tasks/get, tasks/update and tasks/cancel of the 2026
+// wire from the store. The checks come before any lookup: a request that
+// does not declare the extension gets -32021 (even for an unknown id), and
+// the Mcp-Name header must be present and equal params.taskId (else
+// -32020). A foreign task is an unknown one (-32602).
+func (w *modernWire) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, m *modernMeta) {
+	h := w.h
+	if env.id == nil {
+		w.fail(rc, info, nil, 400, codeInvalidRequest, "taskgate: "+env.method+" must be a request with an id", nil)
+		return
+	}
+	if !m.tasks {
+		info.outcome = "capability_missing"
+		w.fail(rc, info, env.id, 400, wire2026.CodeMissingCapability, "taskgate: "+env.method+
+			" needs the extension "+wire2026.ExtensionTasks+" in the request's client capabilities", []byte(wire2026.RequiredTasksData))
+		return
+	}
+	var taskID string
+	var responses []byte
+	if env.params != nil {
+		vals, err := members(env.params, "taskId", "inputResponses")
+		if err != nil {
+			w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: invalid params: "+err.Error(), nil)
+			return
+		}
+		taskID, _ = unquoteValue(vals[0])
+		responses = vals[1]
+	}
+	if n, ok := headerName(rc.Request.Header.Peek(wire2026.HeaderName)); !ok || n != taskID || n == "" {
+		w.fail(rc, info, env.id, 400, wire2026.CodeHeaderMismatch,
+			"taskgate: the Mcp-Name header must equal params.taskId on "+env.method, nil)
+		return
+	}
+	owner, _ := h.owner(&rc.Request.Header)
+	if !h.allowTaskOp(rc, info, env.id, owner) {
+		return
+	}
+	info.taskID = taskID
+	switch env.method {
+	case methodTasksGet:
+		ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
+		t, out, err := h.store.Outcome(ctx, owner, taskID)
+		cancel()
+		if err != nil {
+			h.storeError(rc, info, env.id, err)
+			return
+		}
+		h.rpcResult(rc, env.id, w.appendGet(nil, t, out))
+	case methodTasksUpdate:
+		if !isObject(responses) {
+			w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: tasks/update needs an inputResponses object", nil)
+			return
+		}
+		if _, err := w.answer(owner, taskID, responses); err != nil {
+			w.taskError(rc, info, env.id, err)
+			return
+		}
+		h.rpcResult(rc, env.id, []byte(wire2026.Ack))
+	case methodTasksCancel:
+		ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
+		_, err := h.store.Cancel(ctx, owner, taskID, "cancelled by the client")
+		cancel()
+		switch {
+		case errors.Is(err, taskstore.ErrTerminal):
+			// Cancelling a finished task changes nothing and is
+			// acknowledged like any cancel on this wire.
+		case err != nil:
+			h.storeError(rc, info, env.id, err)
+			return
+		default:
+			if j := h.localJob(owner, taskID); j != nil {
+				j.cancel(errCancelledByClient)
+			}
+			h.m.tasks.WithLabelValues("cancelled").Inc()
+			h.log.Info().Str(logTaskID, taskID).Str(logOwner, owner).Msg("task cancelled")
+		}
+		h.rpcResult(rc, env.id, []byte(wire2026.Ack))
+	}
+}
+
+// taskError answers err: a JSON-RPC error taskgate made, or a store error.
+func (w *modernWire) taskError(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, err error) {
+	var re *rpcError
+	if errors.As(err, &re) {
+		w.h.rpcError(rc, info, id, re)
+		return
+	}
+	w.h.storeError(rc, info, id, err)
+}
+
+// appendGet renders the tasks/get result of t: a tool result is inline
+// when the task completed (a result with isError true, which the 2025 wire
+// shows as failed, is completed here), the upstream's JSON-RPC error
+// verbatim when it failed (or an error naming why taskgate failed it), and
+// the open questions while it waits for input.
+func (w *modernWire) appendGet(dst []byte, t *taskstore.Task, out *taskstore.Outcome) []byte {
+	wt := toWireTask(t)
+	var d wire2026.Detail
+	switch {
+	case t.Status == taskstore.Completed || t.Status == taskstore.Failed && out != nil && out.Kind == taskstore.OutcomeResult:
+		wt.Status = string(taskstore.Completed)
+		if out != nil {
+			d.Result = out.Raw
+		}
+	case t.Status == taskstore.Failed && out != nil && out.Kind == taskstore.OutcomeError:
+		d.Error = out.Raw
+	case t.Status == taskstore.Failed:
+		msg := t.StatusMessage
+		if msg == "" {
+			msg = "task failed without an upstream answer"
+		}
+		d.Error = wire2026.AppendErrorObject(nil, codeInternalError, "taskgate: "+msg)
+	case t.Status == taskstore.InputRequired:
+		if j := w.h.localJob(t.Owner, t.ID); j != nil && j.modern != nil {
+			if reqs := j.modern.openRequests(); string(reqs) != "{}" {
+				d.InputRequests = reqs
+			} else {
+				// Every question is answered; the runner has not
+				// recorded that yet.
+				wt.Status = string(taskstore.Working)
+			}
+		}
+	}
+	return wire2026.AppendGetResult(dst, &wt, d)
+}
+
+// toWireTask is what the 2026 wire shows of t.
+func toWireTask(t *taskstore.Task) wire2026.Task {
+	return wire2026.Task{
+		ID:            t.ID,
+		Status:        string(t.Status),
+		StatusMessage: t.StatusMessage,
+		CreatedAt:     t.CreatedAt,
+		UpdatedAt:     t.UpdatedAt,
+		TTL:           t.TTL,
+		PollInterval:  t.PollInterval,
+	}
+}
+
+// answer hands the client's answers (responses: key -> answer) to owner's
+// task taskID and returns the task. Unknown and already answered keys are
+// ignored, and so are answers to a finished task. When the call runs in
+// this process the answered questions are gone from the task before answer
+// returns; otherwise each answer travels through the store to the process
+// running the call.
+func (w *modernWire) answer(owner, taskID string, responses []byte) (*taskstore.Task, error) {
+	h := w.h
+	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
+	defer cancel()
+	t, err := h.store.Get(ctx, owner, taskID)
+	if err != nil || t.Status.Terminal() {
+		return t, err
+	}
+	answers, err := splitObject(responses)
+	if err != nil {
+		return nil, newRPCError(codeInvalidParams, "taskgate: invalid inputResponses: "+err.Error())
+	}
+	if j := h.localJob(owner, taskID); j != nil && j.modern != nil {
+		if j.modern.deliver(h, j, answers) && t.Status == taskstore.InputRequired {
+			t.Status = taskstore.Working
+		}
+		return t, nil
+	}
+	for _, a := range answers {
+		_, err := h.store.Answer(ctx, owner, modernSession(taskID), a.key, appendAnswer(nil, a.key, a.val))
+		if err != nil && !errors.Is(err, taskstore.ErrNotFound) {
+			return nil, err
+		}
+	}
+	return t, nil
+}
+
+// modernSession is the store's session name under which a 2026 task's
+// open questions wait for answers from any replica.
+func modernSession(taskID string) string { return "w26-" + taskID }
+
+// keyVal is one member of a JSON object.
+type keyVal struct {
+	key string
+	val []byte
+}
+
+// splitObject returns the members of a JSON object in order.
+func splitObject(obj []byte) ([]keyVal, error) {
+	var out []keyVal
+	s := scanner{b: obj}
+	s.ws()
+	err := s.object(func(k []byte, escaped bool, v []byte) error {
+		name, ok := unquote(k, escaped)
+		if !ok {
+			return errSyntax
+		}
+		out = append(out, keyVal{key: name, val: v})
+		return nil
+	})
+	return out, err
+}
+
+// appendAnswer is an answer as it travels through the store: {"key":..,"answer":..}.
+func appendAnswer(dst []byte, key string, val []byte) []byte {
+	dst = append(dst, `{"key":`...)
+	dst = appendJSONString(dst, key)
+	dst = append(dst, `,"answer":`...)
+	dst = append(dst, val...)
+	return append(dst, '}')
+}
+
+// upstreamParams returns the params of a 2026 tools/call as the upstream
+// gets them: without a legacy task member, without the inputResponses and
+// requestState of a retry (taskgate answers those itself), and for a 2025
+// upstream without the 2026 _meta keys (an upstream of that era that knows
+// them would take the call for a 2026 request).
+func upstreamParams(params []byte, era int) ([]byte, error) {
+	out := params
+	var err error
+	for _, k := range [...]string{"task", "inputResponses", "requestState"} {
+		if out, err = deleteMember(out, k); err != nil {
+			return nil, err
+		}
+	}
+	if era == era2025 {
+		return stripModernMeta(out)
+	}
+	return out, nil
+}
+
+// stripModernMeta removes the per-request keys of the 2026 wire from
+// params._meta.
+func stripModernMeta(params []byte) ([]byte, error) {
+	vals, err := members(params, "_meta")
+	if err != nil || !isObject(vals[0]) {
+		return params, err
+	}
+	meta := vals[0]
+	for _, k := range [...]string{wire2026.MetaProtocolVersion, wire2026.MetaClientCapabilities, wire2026.MetaClientInfo, wire2026.MetaLogLevel} {
+		if meta, err = deleteMember(meta, k); err != nil {
+			return nil, err
+		}
+	}
+	if string(meta) == "{}" {
+		return deleteMember(params, "_meta")
+	}
+	return setMember(params, "_meta", meta)
+}
+
+// appendCallBody appends a tools/call request with id and params.
+func appendCallBody(dst []byte, id string, params []byte) []byte {
+	dst = append(dst, `{"jsonrpc":"2.0","id":`...)
+	dst = append(dst, id...)
+	dst = append(dst, `,"method":"tools/call","params":`...)
+	dst = append(dst, params...)
+	return append(dst, '}')
+}

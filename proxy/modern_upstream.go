@@ -1,0 +1,550 @@
+package proxy
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/taskgate/taskgate/capability"
+	"github.com/taskgate/taskgate/proxy/wire2026"
+)
+
+// The upstream side of the 2026 wire. An upstream of the 2026 era (it
+// answers server/discover) gets the 2026 requests as they are, minus what
+// taskgate answers itself; one that also offers the tasks extension gets
+// everything untouched. An upstream of the 2025 era needs sessions: for its
+// stateless 2026 clients taskgate holds upstream sessions (one per owner,
+// initialised with every capability it can bridge, bounded in number,
+// closed when idle), sends each request in the session with the 2026 _meta
+// keys removed, and gives results the resultType the 2026 wire requires
+// (and tools no execution member).
+
+// eraProbeRetry is how long after a failed probe the next one waits.
+const eraProbeRetry = 2 * time.Second
+
+// upstreamEra returns the upstream's era, probing it with server/discover
+// the first time: a 2026 upstream answers it with a DiscoverResult that
+// lists 2026-07-28, a 2025 one refuses it. native reports a 2026 upstream
+// that offers the tasks extension itself.
+func (w *modernWire) upstreamEra() (era int, native bool, err error) {
+	w.mu.Lock()
+	era, native = w.era, w.native
+	wait := time.Until(w.probeAfter)
+	w.mu.Unlock()
+	if era != 0 {
+		return era, native, nil
+	}
+	if wait > 0 {
+		return 0, false, errors.New("probing the upstream's protocol era failed a moment ago")
+	}
+	h := w.h
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	w.newUpstreamRequest(req, nil)
+	req.Header.Set(headerProtocolVersion, wire2026.ProtocolVersion)
+	req.Header.Set(wire2026.HeaderMethod, methodDiscover)
+	req.SetBodyString(`{"jsonrpc":"2.0","id":"taskgate-probe","method":"server/discover","params":{"_meta":{"` +
+		wire2026.MetaProtocolVersion + `":"` + wire2026.ProtocolVersion + `","` + wire2026.MetaClientCapabilities + `":{}}}}`)
+	ctx, cancel := context.WithTimeout(h.root, 10*time.Second)
+	defer cancel()
+	status, msg, _, err := w.exchange(ctx, req, nil)
+	if err != nil {
+		w.mu.Lock()
+		w.probeAfter = time.Now().Add(eraProbeRetry)
+		w.mu.Unlock()
+		return 0, false, err
+	}
+	era = era2025
+	if status == fasthttp.StatusOK {
+		if res, ok := resultOf(msg); ok {
+			if vals, err := members(res, "supportedVersions"); err == nil && bytes.Contains(vals[0], []byte(`"`+wire2026.ProtocolVersion+`"`)) {
+				era = era2026
+				_, native, _ = capability.RewriteDiscover(msg)
+			}
+		}
+	}
+	w.mu.Lock()
+	w.era, w.native = era, native
+	w.mu.Unlock()
+	h.log.Info().Int("upstream_era", era).Bool("upstream_tasks_extension", native).Msg("2026-07-28 client: upstream era probed")
+	return era, native, nil
+}
+
+// resultOf returns the result object of a JSON-RPC response.
+func resultOf(msg []byte) ([]byte, bool) {
+	vals, err := members(msg, "result")
+	if err != nil || !isObject(vals[0]) {
+		return nil, false
+	}
+	return vals[0], true
+}
+
+// newUpstreamRequest makes req a POST to the upstream's MCP endpoint with
+// the client's headers (from hdr, when given: Authorization, Host, ...)
+// and taskgate's own Content-Type and Accept.
+func (w *modernWire) newUpstreamRequest(req *fasthttp.Request, hdr *fasthttp.RequestHeader) {
+	h := w.h
+	if hdr != nil {
+		hdr.CopyTo(&req.Header)
+		stripRequestHopByHop(&req.Header)
+		req.Header.ResetConnectionClose()
+	} else {
+		req.Header.SetHost(h.upHost)
+	}
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURIBytes(h.mcpPath)
+	if hdr != nil {
+		req.Header.SetHostBytes(hdr.Host())
+		if h.cfg.RewriteHost {
+			req.Header.SetHost(h.upHost)
+		}
+	}
+	req.Header.SetContentType("application/json")
+	req.Header.Set(fasthttp.HeaderAccept, "application/json, text/event-stream")
+}
+
+// exchange sends req on a background connection and returns the HTTP
+// status, the JSON-RPC response in the answer (JSON or SSE) and the
+// response's Mcp-Session-Id. Requests the upstream sends meanwhile are
+// answered by onRequest (nil: an error answer through answerTo, or none).
+func (w *modernWire) exchange(ctx context.Context, req *fasthttp.Request, answerTo *fasthttp.RequestHeader) (status int, msg []byte, sid string, err error) {
+	h := w.h
+	x, err := h.roundTrip(ctx, req)
+	if err != nil {
+		return 0, nil, "", err
+	}
+	defer x.done()
+	status = x.resp.StatusCode()
+	sid = string(x.resp.Header.Peek(headerSessionID))
+	body := x.resp.BodyStream()
+	if body == nil {
+		body = bytes.NewReader(x.resp.Body())
+	}
+	if !isEventStream(x.resp.Header.ContentType()) {
+		msg, err = readAllLimit(body, h.cfg.MaxResultSize)
+		x.reuse = err == nil
+		return status, msg, sid, err
+	}
+	r := newSSEReader(body, h.cfg.MaxResultSize)
+	for {
+		ev, err := r.next()
+		if ev != nil && len(ev.data) > 0 {
+			env, perr := parseEnvelope(ev.data)
+			switch {
+			case perr != nil || env.batch != nil:
+			case env.method == "" && (env.hasResult || env.hasError):
+				x.drainEnd(body)
+				return status, append([]byte(nil), ev.data...), sid, nil
+			case env.method != "" && env.id != nil && answerTo != nil:
+				var ans []byte
+				if env.method == methodPing {
+					ans = appendResultResponse(nil, env.id, []byte("{}"))
+				} else {
+					ans = appendErrorResponse(nil, env.id, codeMethodNotFound, "taskgate: "+env.method+
+						" cannot reach a client of protocol version "+wire2026.ProtocolVersion+" outside a task")
+				}
+				w.postWith(answerTo, ans)
+			}
+		}
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return status, nil, sid, fmt.Errorf("upstream ended the stream without answering: %w", io.ErrUnexpectedEOF)
+			}
+			return status, nil, sid, err
+		}
+	}
+}
+
+// postWith posts body upstream with the headers hdr and discards the answer.
+func (w *modernWire) postWith(hdr *fasthttp.RequestHeader, body []byte) {
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	hdr.CopyTo(&req.Header)
+	req.Header.ResetConnectionClose()
+	req.SetBody(body)
+	if err := w.h.hc.DoTimeout(req, resp, 10*time.Second); err == nil {
+		_ = resp.CloseBodyStream()
+	}
+}
+
+// prepareCall fills req (headers only) for a task's upstream call: for a
+// 2026 upstream the client's headers; for a 2025 upstream those of the
+// owner's upstream session, which mj holds until the call ends.
+func (w *modernWire) prepareCall(rc *fasthttp.RequestCtx, req *fasthttp.Request, owner string, era int, mj *modernJob) error {
+	w.newUpstreamRequest(req, &rc.Request.Header)
+	if era == era2026 {
+		return nil
+	}
+	s, err := w.sessions.get(owner, &rc.Request.Header)
+	if err != nil {
+		return err
+	}
+	mj.session = s
+	s.apply(&req.Header)
+	return nil
+}
+
+// plainCall forwards a 2026 tools/call that does not become a task.
+func (w *modernWire) plainCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, era int) {
+	params, err := deleteMember(env.params, "task")
+	if err != nil {
+		w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: invalid tools/call params: "+err.Error(), nil)
+		return
+	}
+	if era == era2026 {
+		if len(params) != len(env.params) {
+			body, err := setMember(rc.PostBody(), "params", params)
+			if err != nil {
+				w.fail(rc, info, env.id, 400, codeInvalidRequest, "taskgate: "+err.Error(), nil)
+				return
+			}
+			rc.Request.SetBody(body)
+		}
+		w.h.pass(rc, info, env.id)
+		return
+	}
+	w.bridge(rc, info, env, params)
+}
+
+// forward serves a 2026 request that taskgate does not answer itself.
+func (w *modernWire) forward(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, era int) {
+	if era == era2026 {
+		w.h.pass(rc, info, env.id)
+		return
+	}
+	if !env.isRequest() {
+		info.outcome = "ignored"
+		rc.SetStatusCode(fasthttp.StatusAccepted)
+		return
+	}
+	w.bridge(rc, info, env, env.params)
+}
+
+// discover answers server/discover: a 2026 upstream's own answer with the
+// tasks extension added, or for a 2025 upstream one made from the result of
+// its initialize.
+func (w *modernWire) discover(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, era int) {
+	h := w.h
+	if !env.isRequest() {
+		w.fail(rc, info, nil, 400, codeInvalidRequest, "taskgate: server/discover must be a request with an id", nil)
+		return
+	}
+	id := append([]byte(nil), env.id...)
+	if era == era2026 {
+		h.forwardRewriting(rc, info, id, func(*fasthttp.Response) rewriteFunc {
+			return func(msg []byte) []byte {
+				out, _, err := capability.RewriteDiscover(msg)
+				if err != nil {
+					h.log.Warn().Err(err).Msg("server/discover result not rewritten: malformed upstream answer")
+					return msg
+				}
+				return out
+			}
+		})
+		return
+	}
+	owner, _ := h.owner(&rc.Request.Header)
+	s, err := w.sessions.get(owner, &rc.Request.Header)
+	if err != nil {
+		h.upstreamFailed(rc, info, id, err)
+		return
+	}
+	defer s.done()
+	res, err := capability.DiscoverFromInitialize(s.init, wire2026.SupportedVersions)
+	if err != nil {
+		h.rpcError(rc, info, id, newRPCError(codeInternalError, "taskgate: the upstream's initialize result is malformed"))
+		return
+	}
+	h.rpcResult(rc, id, res)
+}
+
+// bridge sends a 2026 request to a 2025 upstream in the owner's upstream
+// session and answers with the upstream's response in 2026 form.
+func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, params []byte) {
+	h := w.h
+	id := append([]byte(nil), env.id...)
+	owner, _ := h.owner(&rc.Request.Header)
+	var err error
+	if params != nil {
+		if params, err = stripModernMeta(params); err != nil {
+			w.fail(rc, info, id, 400, codeInvalidParams, "taskgate: invalid params: "+err.Error(), nil)
+			return
+		}
+	}
+	body := make([]byte, 0, len(params)+len(env.method)+len(id)+64)
+	body = append(body, `{"jsonrpc":"2.0","id":`...)
+	body = append(body, id...)
+	body = append(body, `,"method":`...)
+	body = appendJSONString(body, env.method)
+	if params != nil {
+		body = append(body, `,"params":`...)
+		body = append(body, params...)
+	}
+	body = append(body, '}')
+	ctx, cancel := context.WithTimeout(h.root, bridgeDeadline)
+	defer cancel()
+	start := time.Now()
+	var status int
+	var msg []byte
+	for attempt := 0; attempt < 2; attempt++ {
+		var s *bridgeSession
+		if s, err = w.sessions.get(owner, &rc.Request.Header); err != nil {
+			break
+		}
+		req := fasthttp.AcquireRequest()
+		w.newUpstreamRequest(req, &rc.Request.Header)
+		s.apply(&req.Header)
+		req.SetBody(body)
+		status, msg, _, err = w.exchange(ctx, req, &req.Header)
+		fasthttp.ReleaseRequest(req)
+		s.done()
+		if err == nil && status == fasthttp.StatusNotFound {
+			// The upstream ended the session (it did not run the
+			// request): open a new one and send it again.
+			w.sessions.drop(owner, s)
+			continue
+		}
+		break
+	}
+	h.m.upstreamLatency.WithLabelValues(metricMethod(info.method)).Observe(time.Since(start).Seconds())
+	if err != nil {
+		h.upstreamFailed(rc, info, id, err)
+		return
+	}
+	if status < 200 || status > 299 || len(msg) == 0 {
+		h.httpRPCError(rc, fasthttp.StatusBadGateway, id, codeInternalError, fmt.Sprintf("taskgate: upstream answered HTTP %d", status))
+		return
+	}
+	out, err := capability.ModernResult(msg, env.method == methodToolsList)
+	if err != nil {
+		out = msg
+	}
+	rc.SetStatusCode(fasthttp.StatusOK)
+	rc.Response.Header.SetContentType("application/json")
+	rc.SetBody(out)
+}
+
+// bridgeSessions holds the upstream sessions of 2026 clients in front of
+// a 2025 upstream: one per owner, at most max, each closed (DELETE) once
+// unused for idle. It is safe for concurrent use.
+type bridgeSessions struct {
+	w    *modernWire
+	mu   sync.Mutex
+	m    map[string]*bridgeSession
+	max  int
+	idle time.Duration
+}
+
+// bridgeSession is one upstream session.
+type bridgeSession struct {
+	owner   string
+	ready   chan struct{} // closed once initialised (or failed)
+	err     error
+	sid     string
+	version string
+	init    []byte // the upstream's InitializeResult
+	users   atomic.Int32
+	last    atomic.Int64 // unix ns of the last release
+}
+
+func (b *bridgeSessions) init(w *modernWire, max int, idle time.Duration) {
+	b.w, b.max, b.idle, b.m = w, max, idle, make(map[string]*bridgeSession)
+}
+
+// apply sets the session's headers on an upstream request.
+func (s *bridgeSession) apply(hdr *fasthttp.RequestHeader) {
+	hdr.Set(headerSessionID, s.sid)
+	hdr.Set(headerProtocolVersion, s.version)
+	hdr.Del(wire2026.HeaderMethod)
+	hdr.Del(wire2026.HeaderName)
+}
+
+// done releases a session taken with get.
+func (s *bridgeSession) done() {
+	s.last.Store(time.Now().UnixNano())
+	s.users.Add(-1)
+}
+
+// get returns owner's session, opening it when there is none; release it
+// with done.
+func (b *bridgeSessions) get(owner string, hdr *fasthttp.RequestHeader) (*bridgeSession, error) {
+	b.mu.Lock()
+	s, ok := b.m[owner]
+	if !ok {
+		if len(b.m) >= b.max && !b.evictLocked() {
+			b.mu.Unlock()
+			return nil, fmt.Errorf("%w: all %d upstream sessions are in use", errNoBridgeSession, b.max)
+		}
+		s = &bridgeSession{owner: owner, ready: make(chan struct{})}
+		b.m[owner] = s
+	}
+	s.users.Add(1)
+	b.mu.Unlock()
+	if !ok {
+		s.err = b.open(s, hdr)
+		close(s.ready)
+		if s.err != nil {
+			b.drop(owner, s)
+		}
+	}
+	<-s.ready
+	if s.err != nil {
+		s.users.Add(-1)
+		return nil, s.err
+	}
+	return s, nil
+}
+
+// evictLocked closes the least recently used idle session; false when all
+// are in use.
+func (b *bridgeSessions) evictLocked() bool {
+	var victim *bridgeSession
+	for _, s := range b.m {
+		if s.users.Load() == 0 && (victim == nil || s.last.Load() < victim.last.Load()) {
+			victim = s
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	delete(b.m, victim.owner)
+	go b.close(victim)
+	return true
+}
+
+// drop forgets s (the upstream ended it, or it failed to open).
+func (b *bridgeSessions) drop(owner string, s *bridgeSession) {
+	b.mu.Lock()
+	if b.m[owner] == s {
+		delete(b.m, owner)
+	}
+	b.mu.Unlock()
+}
+
+// reap closes the sessions idle for longer than b.idle.
+func (b *bridgeSessions) reap(now time.Time) {
+	var old []*bridgeSession
+	b.mu.Lock()
+	for k, s := range b.m {
+		select {
+		case <-s.ready:
+		default:
+			continue
+		}
+		if s.users.Load() == 0 && now.Sub(time.Unix(0, s.last.Load())) > b.idle {
+			delete(b.m, k)
+			old = append(old, s)
+		}
+	}
+	b.mu.Unlock()
+	for _, s := range old {
+		b.close(s)
+	}
+}
+
+// closeAll closes every session (shutdown).
+func (b *bridgeSessions) closeAll() {
+	b.mu.Lock()
+	all := make([]*bridgeSession, 0, len(b.m))
+	for _, s := range b.m {
+		all = append(all, s)
+	}
+	b.m = make(map[string]*bridgeSession)
+	b.mu.Unlock()
+	for _, s := range all {
+		select {
+		case <-s.ready:
+			b.close(s)
+		default:
+		}
+	}
+}
+
+// bridgeCapabilities are the client capabilities taskgate declares to a
+// 2025 upstream for its 2026 clients: all it can bridge. Each request's
+// own declaration decides what reaches that client.
+const bridgeCapabilities = `{"elicitation":{"form":{},"url":{}},"sampling":{},"roots":{}}`
+
+// open initialises s: initialize, then notifications/initialized.
+func (b *bridgeSessions) open(s *bridgeSession, hdr *fasthttp.RequestHeader) error {
+	w := b.w
+	ctx, cancel := context.WithTimeout(w.h.root, 30*time.Second)
+	defer cancel()
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	w.newUpstreamRequest(req, hdr)
+	req.Header.Del(headerProtocolVersion)
+	req.Header.Del(wire2026.HeaderMethod)
+	req.Header.Del(wire2026.HeaderName)
+	req.SetBodyString(`{"jsonrpc":"2.0","id":"taskgate-bridge-init","method":"initialize","params":{"protocolVersion":"` +
+		capability.ProtocolVersion + `","capabilities":` + bridgeCapabilities +
+		`,"clientInfo":{"name":"taskgate-bridge","version":"1"}}}`)
+	status, msg, sid, err := w.exchange(ctx, req, nil)
+	if err != nil {
+		return fmt.Errorf("opening an upstream session: %w", err)
+	}
+	res, ok := resultOf(msg)
+	if status != fasthttp.StatusOK || !ok {
+		return fmt.Errorf("opening an upstream session: upstream answered HTTP %d without an initialize result", status)
+	}
+	vals, err := members(res, "protocolVersion")
+	if err != nil {
+		return fmt.Errorf("opening an upstream session: %w", err)
+	}
+	s.version, _ = unquoteValue(vals[0])
+	if s.version == "" {
+		s.version = capability.ProtocolVersion
+	}
+	s.sid, s.init = sid, append([]byte(nil), res...)
+	s.last.Store(time.Now().UnixNano())
+	req.Header.Set(headerSessionID, sid)
+	req.Header.Set(headerProtocolVersion, s.version)
+	w.postWith(&req.Header, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
+	w.h.log.Info().Str(logOwner, s.owner).Str("upstream_version", s.version).Msg("upstream session opened for 2026-07-28 clients")
+	return nil
+}
+
+// close ends s at the upstream (DELETE).
+func (b *bridgeSessions) close(s *bridgeSession) {
+	if s.sid == "" {
+		return
+	}
+	h := b.w.h
+	req := fasthttp.AcquireRequest()
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseRequest(req)
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(fasthttp.MethodDelete)
+	req.SetRequestURIBytes(h.mcpPath)
+	req.Header.SetHost(h.upHost)
+	req.Header.Set(headerSessionID, s.sid)
+	req.Header.Set(headerProtocolVersion, s.version)
+	if err := h.hc.DoTimeout(req, resp, 5*time.Second); err == nil {
+		_ = resp.CloseBodyStream()
+	}
+}
+
+// reapLoop closes idle bridge sessions until the handler stops, then all.
+func (w *modernWire) reapLoop() {
+	defer w.h.bg.Done()
+	t := time.NewTicker(30 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.h.root.Done():
+			w.sessions.closeAll()
+			return
+		case now := <-t.C:
+			w.sessions.reap(now)
+		}
+	}
+}
