@@ -27,7 +27,7 @@ type job struct {
 	req     *fasthttp.Request
 	st      policy.Settings
 	log     zerolog.Logger
-	session string // store key of the client's session ("" without one)
+	session string     // store key of the client's session ("" without one)
 	modern  *modernJob // set for tasks created on the 2026-07-28 wire
 
 	pending    atomic.Int32 // relayed requests the client has not answered yet
