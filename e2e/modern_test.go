@@ -1,0 +1,549 @@
+package e2e
+
+// The MCP 2026-07-28 wire (tasks as the extension io.modelcontextprotocol/tasks)
+// through the built taskgate binary, raw HTTP, in front of a real upstream of
+// each era: legacy-mcp --fixtures (2025-11-25, sessions) and legacy-mcp
+// --fixtures --stateless --max-protocol-version 2026-07-28 (the go-sdk's
+// 2026 wire, no tasks). IDs (E-xx, X-xx) are those of the 2026 digest.
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/taskgate/taskgate/taskstore/redistest"
+)
+
+const (
+	modernVersion  = "2026-07-28"
+	extTasks       = "io.modelcontextprotocol/tasks"
+	metaVersionKey = "io.modelcontextprotocol/protocolVersion"
+	metaCapsKey    = "io.modelcontextprotocol/clientCapabilities"
+)
+
+// conformancePolicy is the fixtures' policy (e2e/testdata).
+func conformancePolicy(t testing.TB) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("testdata", "conformance-policy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// upstreamEras are the two real upstreams the 2026 wire is shown against.
+var upstreamEras = []struct {
+	name string
+	args []string
+}{
+	{"upstream2025", []string{"--fixtures"}},
+	{"upstream2026", []string{"--fixtures", "--stateless", "--max-protocol-version", modernVersion}},
+}
+
+// modernClient speaks the 2026 wire by hand: no session, the protocol
+// version and client capabilities in every request's _meta and header.
+type modernClient struct {
+	*rawClient
+	caps map[string]any // client capabilities declared on every request
+}
+
+func newModernClient(t testing.TB, endpoint string, caps map[string]any) *modernClient {
+	return &modernClient{rawClient: newRawClient(t, endpoint), caps: caps}
+}
+
+// withTasks are capabilities declaring the extension (and elicitation).
+func withTasks() map[string]any {
+	return map[string]any{"elicitation": map[string]any{}, "extensions": map[string]any{extTasks: map[string]any{}}}
+}
+
+// send POSTs method with params (plus the 2026 _meta) and the headers of
+// the 2026 wire; name is the Mcp-Name header ("" = none). hdr overrides
+// headers (an empty value deletes one).
+func (c *modernClient) send(method string, params map[string]any, name string, hdr map[string]string) (reply, json.RawMessage) {
+	c.t.Helper()
+	if params == nil {
+		params = map[string]any{}
+	}
+	meta, _ := params["_meta"].(map[string]any)
+	if meta == nil {
+		meta = map[string]any{}
+	}
+	if _, ok := meta[metaVersionKey]; !ok {
+		meta[metaVersionKey] = modernVersion
+	}
+	if _, ok := meta[metaCapsKey]; !ok && c.caps != nil {
+		meta[metaCapsKey] = c.caps
+	}
+	params["_meta"] = meta
+	body, id := c.marshalRequest(method, params)
+	req := c.request(c.t.Context(), http.MethodPost, body)
+	req.Header.Set("MCP-Protocol-Version", modernVersion)
+	req.Header.Set("Mcp-Method", method)
+	if name != "" {
+		req.Header.Set("Mcp-Name", name)
+	}
+	for k, v := range hdr {
+		if v == "" {
+			req.Header.Del(k)
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	return c.do(req), id
+}
+
+// ok sends a request that must succeed (HTTP 200, a result) and decodes it.
+func (c *modernClient) ok(method string, params map[string]any, name string, out any) json.RawMessage {
+	c.t.Helper()
+	r, id := c.send(method, params, name, nil)
+	if r.Status != http.StatusOK || r.Msg == nil || r.Msg.Error != nil || !bytes.Equal(r.Msg.ID, id) {
+		c.t.Fatalf("%s: HTTP %d, body %s", method, r.Status, r.Body)
+	}
+	if out != nil {
+		if err := json.Unmarshal(r.Msg.Result, out); err != nil {
+			c.t.Fatalf("%s: decoding %s: %v", method, r.Msg.Result, err)
+		}
+	}
+	return r.Msg.Result
+}
+
+// fails sends a request that must fail with HTTP status and JSON-RPC code.
+func (c *modernClient) fails(method string, params map[string]any, name string, hdr map[string]string, status, code int) *rpcError {
+	c.t.Helper()
+	r, _ := c.send(method, params, name, hdr)
+	if r.Status != status || r.Msg == nil || r.Msg.Error == nil || r.Msg.Error.Code != code {
+		c.t.Fatalf("%s: got HTTP %d body %s, want HTTP %d and error %d", method, r.Status, r.Body, status, code)
+	}
+	return r.Msg.Error
+}
+
+// detailedTask is a 2026 tasks/get result or CreateTaskResult.
+type detailedTask struct {
+	ResultType     string                     `json:"resultType"`
+	TaskID         string                     `json:"taskId"`
+	Status         string                     `json:"status"`
+	StatusMessage  string                     `json:"statusMessage"`
+	TTLMs          *int64                     `json:"ttlMs"`
+	PollIntervalMs *int64                     `json:"pollIntervalMs"`
+	Result         *toolResult                `json:"result"`
+	Error          *rpcError                  `json:"error"`
+	InputRequests  map[string]json.RawMessage `json:"inputRequests"`
+	RequestState   *string                    `json:"requestState"`
+	Task           json.RawMessage            `json:"task"`
+}
+
+func (c *modernClient) call(tool string, args map[string]any) detailedTask {
+	c.t.Helper()
+	var d detailedTask
+	c.ok("tools/call", map[string]any{"name": tool, "arguments": args}, tool, &d)
+	return d
+}
+
+func (c *modernClient) get(id string) detailedTask {
+	c.t.Helper()
+	var d detailedTask
+	c.ok("tasks/get", map[string]any{"taskId": id}, id, &d)
+	return d
+}
+
+// waitModern polls tasks/get until cond holds.
+func (c *modernClient) waitModern(id, what string, cond func(detailedTask) bool) detailedTask {
+	c.t.Helper()
+	var last detailedTask
+	waitFor(c.t, 15*time.Second, "task "+id+" "+what, func() bool {
+		last = c.get(id)
+		return cond(last)
+	})
+	return last
+}
+
+func statusIs(s string) func(detailedTask) bool {
+	return func(d detailedTask) bool { return d.Status == s }
+}
+
+// TestModernEraPerRequest: the era classifier's errors carry the HTTP status
+// and the data their schema requires (E-02, E-29), and a 2025 session on the
+// same taskgate keeps working.
+func TestModernEraPerRequest(t *testing.T) {
+	up := startLegacy(t, "--fixtures")
+	gw := startTaskgate(t, up.URL, "--config", conformancePolicy(t))
+	c := newModernClient(t, gw.URL, withTasks())
+
+	// Header 2025-11-25 with a 2026 _meta: -32020.
+	c.fails("tools/call", map[string]any{"name": "greet"}, "greet", map[string]string{"MCP-Protocol-Version": "2025-11-25"}, 400, -32020)
+	// An unknown version: -32022 with data.supported listing both eras.
+	e := c.fails("tools/call", map[string]any{"name": "greet", "_meta": map[string]any{metaVersionKey: "2099-01-01"}}, "greet",
+		map[string]string{"MCP-Protocol-Version": "2099-01-01"}, 400, -32022)
+	var data struct {
+		Supported []string `json:"supported"`
+		Requested string   `json:"requested"`
+	}
+	if err := json.Unmarshal(e.Data, &data); err != nil || !strings.Contains(strings.Join(data.Supported, ","), modernVersion) ||
+		!strings.Contains(strings.Join(data.Supported, ","), "2025-11-25") || data.Requested != "2099-01-01" {
+		t.Errorf("-32022 data = %s, want supported with both eras and requested", e.Data)
+	}
+	// No client capabilities: -32602.
+	bare := newModernClient(t, gw.URL, nil)
+	bare.fails("tools/call", map[string]any{"name": "greet"}, "greet", nil, 400, -32602)
+	// Mcp-Method disagreeing with the body: -32020.
+	c.fails("tools/call", map[string]any{"name": "greet"}, "greet", map[string]string{"Mcp-Method": "tools/list"}, 400, -32020)
+	// Mcp-Name disagreeing with params.name: -32020.
+	c.fails("tools/call", map[string]any{"name": "greet"}, "other", nil, 400, -32020)
+
+	// A 2025 session on the same taskgate: initialize, tasks capability, a task.
+	legacyC := newRawClient(t, gw.URL)
+	if res := legacyC.initialize(); res.Capabilities["tasks"] == nil {
+		t.Errorf("2025 initialize capabilities = %v, want tasks", res.Capabilities)
+	}
+	tk := legacyC.createTask("slow_compute", map[string]any{"seconds": 0}, nil)
+	legacyC.waitStatus(tk.TaskID, "completed", 10*time.Second)
+}
+
+// TestModernDiscover: server/discover offers the extension and never the
+// legacy capabilities.tasks (X-01, X-02), for both upstream eras.
+func TestModernDiscover(t *testing.T) {
+	for _, era := range upstreamEras {
+		t.Run(era.name, func(t *testing.T) {
+			up := startLegacy(t, era.args...)
+			gw := startTaskgate(t, up.URL, "--config", conformancePolicy(t))
+			c := newModernClient(t, gw.URL, map[string]any{})
+			var res struct {
+				ResultType   string `json:"resultType"`
+				Capabilities struct {
+					Tools      json.RawMessage            `json:"tools"`
+					Tasks      json.RawMessage            `json:"tasks"`
+					Extensions map[string]json.RawMessage `json:"extensions"`
+				} `json:"capabilities"`
+				SupportedVersions []string `json:"supportedVersions"`
+			}
+			c.ok("server/discover", nil, "", &res)
+			if string(res.Capabilities.Extensions[extTasks]) != "{}" || res.Capabilities.Tasks != nil ||
+				res.Capabilities.Tools == nil || res.ResultType != "complete" || !strings.Contains(strings.Join(res.SupportedVersions, ","), modernVersion) {
+				t.Errorf("server/discover = %+v, want the extension, tools, no tasks, resultType complete, %s supported", res, modernVersion)
+			}
+		})
+	}
+}
+
+// TestModernTasks: tasks on the 2026 wire in front of both upstream eras.
+func TestModernTasks(t *testing.T) {
+	for _, era := range upstreamEras {
+		t.Run(era.name, func(t *testing.T) {
+			up := startLegacy(t, era.args...)
+			gw := startTaskgate(t, up.URL, "--config", conformancePolicy(t))
+			c := newModernClient(t, gw.URL, withTasks())
+			plain := newModernClient(t, gw.URL, map[string]any{})
+			stats := newStatsReader(t, up.URL)
+
+			// E-04: a required tool without the extension: -32021 with
+			// data, and the upstream is not called.
+			e := plain.fails("tools/call", map[string]any{"name": "failing_job", "arguments": map[string]any{}}, "failing_job", nil, 400, -32021)
+			if !strings.Contains(string(e.Data), `"requiredCapabilities":{"extensions":{"`+extTasks+`":{}}}`) {
+				t.Errorf("-32021 data = %s, want requiredCapabilities with the extension", e.Data)
+			}
+			if n := stats.get().Calls["failing_job"]; n != 0 {
+				t.Errorf("upstream ran failing_job %d times after a refused call, want 0", n)
+			}
+
+			// E-05: a legacy params.task neither errs nor promotes a
+			// forbidden tool.
+			var greet toolResult
+			c.ok("tools/call", map[string]any{"name": "greet", "arguments": map[string]any{"name": "Ada"},
+				"task": map[string]any{"ttl": 60000}}, "greet", &greet)
+			if greet.text() != "Hello, Ada!" {
+				t.Errorf("greet with params.task = %+v, want the plain result", greet)
+			}
+
+			// X-13, X-14: a flat CreateTaskResult, readable at once.
+			tk := c.call("slow_compute", map[string]any{"seconds": 1.5})
+			if tk.ResultType != "task" || tk.TaskID == "" || tk.Status != "working" || tk.TTLMs == nil || *tk.TTLMs <= 0 ||
+				tk.PollIntervalMs == nil || *tk.PollIntervalMs <= 0 || tk.Task != nil || tk.RequestState != nil {
+				t.Fatalf("CreateTaskResult = %+v, want flat, resultType task, working, ttlMs and pollIntervalMs > 0", tk)
+			}
+			if d := c.get(tk.TaskID); d.ResultType != "complete" || d.TaskID != tk.TaskID {
+				t.Errorf("tasks/get right after create = %+v", d)
+			}
+			done := c.waitModern(tk.TaskID, "completed", statusIs("completed"))
+			if done.Result == nil || !strings.Contains(done.Result.text(), "computed for 1.5 seconds") || done.Result.Meta["io.modelcontextprotocol/related-task"] != nil {
+				t.Errorf("completed task = %+v, want the result inline without related-task _meta", done)
+			}
+
+			// X-19, E-10: isError is completed on this wire.
+			fj := c.call("failing_job", map[string]any{})
+			d := c.waitModern(fj.TaskID, "terminal", func(d detailedTask) bool { return d.Status != "working" })
+			if d.Status != "completed" || d.Result == nil || !d.Result.IsError {
+				t.Errorf("failing_job = %+v, want completed with result.isError", d)
+			}
+			// E-11: a JSON-RPC error is failed, verbatim.
+			pj := c.call("protocol_error_job", map[string]any{})
+			d = c.waitModern(pj.TaskID, "terminal", func(d detailedTask) bool { return d.Status != "working" })
+			if d.Status != "failed" || d.Error == nil || d.Error.Code != -32603 || !strings.Contains(string(d.Error.Data), "protocol_error_job") || d.Result != nil {
+				t.Errorf("protocol_error_job = %+v, want failed with the upstream's error and data", d)
+			}
+
+			// E-18, E-19: cancel acks, also for a terminal task.
+			long := c.call("slow_compute", map[string]any{"seconds": 60})
+			var ack map[string]any
+			c.ok("tasks/cancel", map[string]any{"taskId": long.TaskID}, long.TaskID, &ack)
+			if len(ack) != 1 || ack["resultType"] != "complete" {
+				t.Errorf("tasks/cancel = %v, want the empty ack", ack)
+			}
+			c.waitModern(long.TaskID, "cancelled", statusIs("cancelled"))
+			c.ok("tasks/cancel", map[string]any{"taskId": tk.TaskID}, tk.TaskID, &ack)
+			if got := c.get(tk.TaskID); got.Status != "completed" {
+				t.Errorf("a cancel of a completed task changed it to %q", got.Status)
+			}
+			if era.name == "upstream2025" {
+				// A 2025 upstream gets notifications/cancelled. A 2026
+				// upstream learns it from the closed request stream, which
+				// the go-sdk v1.8.0 stateless server does not pass on to
+				// the tool handler, so its counter cannot show it.
+				waitFor(t, 10*time.Second, "the upstream to see the cancel", func() bool { return stats.get().Cancelled >= 1 })
+			}
+
+			// E-07: capability check before lookup; unknown id -32602.
+			plain.fails("tasks/get", map[string]any{"taskId": "0123"}, "0123", nil, 400, -32021)
+			c.fails("tasks/get", map[string]any{"taskId": "00112233445566778899aabbccddeeff"}, "00112233445566778899aabbccddeeff", nil, 200, -32602)
+			// E-08: Mcp-Name must equal taskId.
+			c.fails("tasks/get", map[string]any{"taskId": tk.TaskID}, "not-"+tk.TaskID, nil, 400, -32020)
+			// E-09: no tasks/result, tasks/list on this wire.
+			c.fails("tasks/result", map[string]any{"taskId": tk.TaskID}, "", nil, 404, -32601)
+			c.fails("tasks/list", nil, "", nil, 404, -32601)
+			// E-23: another owner's task is not found.
+			other := newModernClient(t, gw.URL, withTasks())
+			other.header.Set("Authorization", "Bearer someone-else")
+			other.fails("tasks/get", map[string]any{"taskId": tk.TaskID}, tk.TaskID, nil, 200, -32602)
+		})
+	}
+}
+
+// TestModernInput: questions inside a task (E-13..E-16) and before it
+// (E-27), for both upstream eras.
+func TestModernInput(t *testing.T) {
+	for _, era := range upstreamEras {
+		t.Run(era.name, func(t *testing.T) {
+			up := startLegacy(t, era.args...)
+			gw := startTaskgate(t, up.URL, "--config", conformancePolicy(t))
+			c := newModernClient(t, gw.URL, withTasks())
+
+			tk := c.call("multi_input", map[string]any{})
+			if tk.ResultType != "task" {
+				t.Fatalf("multi_input = %+v, want a task", tk)
+			}
+			d := c.waitModern(tk.TaskID, "to ask twice", func(d detailedTask) bool { return len(d.InputRequests) == 2 })
+			if d.Status != "input_required" {
+				t.Fatalf("task with two questions is %q", d.Status)
+			}
+			keys := map[string]string{} // property -> key
+			for k, raw := range d.InputRequests {
+				var q struct {
+					Method string `json:"method"`
+					Params struct {
+						RequestedSchema struct {
+							Properties map[string]any `json:"properties"`
+						} `json:"requestedSchema"`
+					} `json:"params"`
+				}
+				if err := json.Unmarshal(raw, &q); err != nil || q.Method != "elicitation/create" {
+					t.Fatalf("inputRequests[%s] = %s", k, raw)
+				}
+				for p := range q.Params.RequestedSchema.Properties {
+					keys[p] = k
+				}
+			}
+			accept := func(content map[string]any) map[string]any {
+				return map[string]any{"action": "accept", "content": content}
+			}
+			// A partial answer removes its key at once (A-4); unknown keys are ignored (E-15).
+			c.ok("tasks/update", map[string]any{"taskId": tk.TaskID, "inputResponses": map[string]any{
+				keys["name"]: accept(map[string]any{"name": "Ada"}), "unknown-key": accept(nil)}}, tk.TaskID, nil)
+			d = c.get(tk.TaskID)
+			if _, still := d.InputRequests[keys["name"]]; still || d.Status != "input_required" || len(d.InputRequests) != 1 {
+				t.Fatalf("after a partial update: %+v, want input_required with only the other key", d)
+			}
+			c.ok("tasks/update", map[string]any{"taskId": tk.TaskID, "inputResponses": map[string]any{
+				keys["confirm"]: accept(map[string]any{"confirm": true})}}, tk.TaskID, nil)
+			d = c.waitModern(tk.TaskID, "completed", statusIs("completed"))
+			if d.Result == nil || d.Result.text() != "name=Ada confirm=true" {
+				t.Errorf("multi_input result = %+v", d.Result)
+			}
+			// Keys are never reused (E-16, X-26).
+			tk2 := c.call("confirm_delete", map[string]any{"filename": "x.txt"})
+			d = c.waitModern(tk2.TaskID, "to ask", func(d detailedTask) bool { return len(d.InputRequests) == 1 })
+			for k := range d.InputRequests {
+				c.ok("tasks/update", map[string]any{"taskId": tk2.TaskID, "inputResponses": map[string]any{k: accept(map[string]any{"confirm": false})}}, tk2.TaskID, nil)
+			}
+			if d = c.waitModern(tk2.TaskID, "completed", statusIs("completed")); d.Result.text() != "kept x.txt" {
+				t.Errorf("confirm_delete result = %+v", d.Result)
+			}
+
+			// E-27: a question before the task: InputRequiredResult with a
+			// signed requestState, then the task on the retry.
+			var round1 detailedTask
+			c.ok("tools/call", map[string]any{"name": "test_tool_with_task", "arguments": map[string]any{}}, "test_tool_with_task", &round1)
+			if round1.ResultType != "input_required" || round1.TaskID != "" || len(round1.InputRequests) != 1 || round1.RequestState == nil {
+				t.Fatalf("round 1 = %+v, want an InputRequiredResult without taskId, with requestState", round1)
+			}
+			var key string
+			for k := range round1.InputRequests {
+				key = k
+			}
+			retry := func(state string) (reply, json.RawMessage) {
+				return c.send("tools/call", map[string]any{"name": "test_tool_with_task", "arguments": map[string]any{},
+					"inputResponses": map[string]any{key: accept(map[string]any{"name": "Alice"})}, "requestState": state}, "test_tool_with_task", nil)
+			}
+			// A tampered state is refused.
+			if r, _ := retry(*round1.RequestState + "x"); r.Msg == nil || r.Msg.Error == nil || r.Msg.Error.Code != -32602 {
+				t.Errorf("tampered requestState: %s, want -32602", r.Body)
+			}
+			// Another owner cannot use it.
+			other := newModernClient(t, gw.URL, withTasks())
+			other.header.Set("Authorization", "Bearer mallory")
+			r, _ := other.send("tools/call", map[string]any{"name": "test_tool_with_task", "arguments": map[string]any{},
+				"inputResponses": map[string]any{key: accept(map[string]any{"name": "Mallory"})}, "requestState": *round1.RequestState}, "test_tool_with_task", nil)
+			if r.Msg == nil || r.Msg.Error == nil || r.Msg.Error.Code != -32602 {
+				t.Errorf("foreign requestState: %s, want -32602", r.Body)
+			}
+			r, _ = retry(*round1.RequestState)
+			var round2 detailedTask
+			if r.Msg == nil || r.Msg.Error != nil || json.Unmarshal(r.Msg.Result, &round2) != nil || round2.ResultType != "task" || round2.RequestState != nil {
+				t.Fatalf("round 2 = %s, want a CreateTaskResult without requestState", r.Body)
+			}
+			if d = c.waitModern(round2.TaskID, "completed", statusIs("completed")); !strings.Contains(d.Result.text(), "Alice") {
+				t.Errorf("test_tool_with_task result = %+v, want the name", d.Result)
+			}
+		})
+	}
+}
+
+// TestModernAndLegacyShareTasks: a 2025 session and a 2026 client of the
+// same owner on one taskgate see each other's tasks, each in its own era's
+// rendering (E-22): isError reads failed in 2025 and completed in 2026, and
+// 2025 tasks/list includes the task created on the 2026 wire.
+func TestModernAndLegacyShareTasks(t *testing.T) {
+	up := startLegacy(t, "--fixtures")
+	gw := startTaskgate(t, up.URL, "--config", conformancePolicy(t))
+	const auth = "Bearer shared-owner"
+	modern := newModernClient(t, gw.URL, withTasks())
+	modern.header.Set("Authorization", auth)
+	legacyC := newRawClient(t, gw.URL)
+	legacyC.header.Set("Authorization", auth)
+	legacyC.initialize()
+
+	fj := modern.call("failing_job", map[string]any{})
+	if d := modern.waitModern(fj.TaskID, "completed", statusIs("completed")); d.Result == nil || !d.Result.IsError {
+		t.Fatalf("2026 view of failing_job = %+v", d)
+	}
+	if lt := legacyC.getTask(fj.TaskID); lt.Status != "failed" {
+		t.Errorf("2025 view of the 2026-created failing_job = %q, want failed", lt.Status)
+	}
+	found := false
+	for _, lt := range legacyC.listTasks().Tasks {
+		found = found || lt.TaskID == fj.TaskID
+	}
+	if !found {
+		t.Errorf("2025 tasks/list does not list the task created on the 2026 wire")
+	}
+	var res toolResult
+	legacyC.result("tasks/result", map[string]any{"taskId": fj.TaskID}, &res)
+	if !res.IsError {
+		t.Errorf("2025 tasks/result of the 2026-created task = %+v, want the isError result", res)
+	}
+
+	lt := legacyC.createTask("slow_compute", map[string]any{"seconds": 0.2}, nil)
+	legacyC.waitStatus(lt.TaskID, "completed", 10*time.Second)
+	if d := modern.get(lt.TaskID); d.Status != "completed" || d.Result == nil || !strings.Contains(d.Result.text(), "computed") {
+		t.Errorf("2026 view of the 2025-created task = %+v", d)
+	}
+	// Each era's rules for cancelling a terminal task.
+	if e := legacyC.rpcErr("tasks/cancel", map[string]any{"taskId": lt.TaskID}); e.Code != -32602 {
+		t.Errorf("2025 cancel of a terminal task: %d, want -32602", e.Code)
+	}
+	modern.ok("tasks/cancel", map[string]any{"taskId": lt.TaskID}, lt.TaskID, nil)
+}
+
+// TestModernTwoReplicas: a task created through one replica is read,
+// answered and cancelled through another on the 2026 wire (E-06).
+func TestModernTwoReplicas(t *testing.T) {
+	up := startLegacy(t, "--fixtures")
+	redisURL := "redis://" + redistest.Start(t)
+	key := "0123456789abcdef0123456789abcdef"
+	a := startTaskgate(t, up.URL, "--redis", redisURL, "--owner-key", key, "--config", conformancePolicy(t))
+	b := startTaskgate(t, up.URL, "--redis", redisURL, "--owner-key", key, "--config", conformancePolicy(t))
+	ca := newModernClient(t, a.URL, withTasks())
+	cb := newModernClient(t, b.URL, withTasks())
+
+	tk := ca.call("slow_compute", map[string]any{"seconds": 60})
+	if d := cb.get(tk.TaskID); d.Status != "working" {
+		t.Fatalf("tasks/get on B right after create on A = %+v", d)
+	}
+	cb.ok("tasks/cancel", map[string]any{"taskId": tk.TaskID}, tk.TaskID, nil)
+	ca.waitModern(tk.TaskID, "cancelled on A", statusIs("cancelled"))
+
+	// An answer given through B reaches the call running on A.
+	q := ca.call("confirm_delete", map[string]any{"filename": "r.txt"})
+	d := ca.waitModern(q.TaskID, "to ask", func(d detailedTask) bool { return len(d.InputRequests) == 1 })
+	if got := cb.get(q.TaskID); got.Status != "input_required" {
+		t.Errorf("B's view of the waiting task = %q, want input_required", got.Status)
+	}
+	for k := range d.InputRequests {
+		cb.ok("tasks/update", map[string]any{"taskId": q.TaskID, "inputResponses": map[string]any{
+			k: map[string]any{"action": "accept", "content": map[string]any{"confirm": true}}}}, q.TaskID, nil)
+	}
+	if d = cb.waitModern(q.TaskID, "completed via B", statusIs("completed")); d.Result.text() != "deleted r.txt" {
+		t.Errorf("confirm_delete answered through B = %+v", d.Result)
+	}
+}
+
+var conformanceLine = regexp.MustCompile(`^(\S+) (\S+): (\d+) passed, (\d+) failed`)
+
+// TestConformance runs the official conformance suite's ten tasks
+// scenarios (e2e/testdata/conformance/run.sh) against taskgate in front of
+// each upstream era and fails on any failed check. It needs node and npm
+// (the suite is installed with npm ci from the pinned lock file).
+func TestConformance(t *testing.T) {
+	if testing.Short() {
+		t.Skip("conformance suite skipped in -short mode")
+	}
+	for _, bin := range []string{"node", "npm", "bash"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			t.Skipf("%s not on PATH: the conformance suite needs node and npm", bin)
+		}
+	}
+	if runtime.GOOS == "windows" {
+		t.Skip("run.sh needs a POSIX shell")
+	}
+	script, err := filepath.Abs(filepath.Join("testdata", "conformance", "run.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, era := range upstreamEras {
+		t.Run(era.name, func(t *testing.T) {
+			up := startLegacy(t, era.args...)
+			gw := startTaskgate(t, up.URL, "--config", conformancePolicy(t), "--log-level", "warn")
+			cmd := exec.Command(script, gw.URL, era.name)
+			cmd.Env = append(os.Environ(), "NO_COLOR=1")
+			out, err := cmd.CombinedOutput()
+			passed, failed := 0, 0
+			for _, line := range strings.Split(string(out), "\n") {
+				if m := conformanceLine.FindStringSubmatch(line); m != nil && m[2] == "total" {
+					passed, _ = strconv.Atoi(m[3])
+					failed, _ = strconv.Atoi(m[4])
+				}
+			}
+			t.Logf("conformance (%s):\n%s", era.name, out)
+			if err != nil || failed > 0 || passed == 0 {
+				t.Errorf("conformance in front of %s: %d passed, %d failed (run.sh: %v)", era.name, passed, failed, err)
+			}
+		})
+	}
+}
