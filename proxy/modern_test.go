@@ -1,0 +1,212 @@
+package proxy
+
+import (
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+func TestParseModernMeta(t *testing.T) {
+	tests := []struct {
+		name   string
+		params string
+		want   modernMeta
+		err    bool
+	}{
+		{name: "no params", params: ``, want: modernMeta{}},
+		{name: "no _meta", params: `{"name":"x"}`, want: modernMeta{}},
+		{name: "version only", params: `{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}`, want: modernMeta{version: "2026-07-28"}},
+		{
+			name:   "tasks and elicitation",
+			params: `{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{},"extensions":{"io.modelcontextprotocol/tasks":{}}}}}`,
+			want:   modernMeta{version: "2026-07-28", hasCaps: true, tasks: true, elicitation: true},
+		},
+		{
+			name:   "empty capabilities",
+			params: `{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}`,
+			want:   modernMeta{version: "2026-07-28", hasCaps: true},
+		},
+		{name: "version not a string", params: `{"_meta":{"io.modelcontextprotocol/protocolVersion":20260728}}`, err: true},
+		{name: "capabilities not an object", params: `{"_meta":{"io.modelcontextprotocol/clientCapabilities":[]}}`, err: true},
+		{name: "duplicate version", params: `{"_meta":{"io.modelcontextprotocol/protocolVersion":"a","io.modelcontextprotocol/protocolVersion":"b"}}`, err: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var p []byte
+			if tt.params != "" {
+				p = []byte(tt.params)
+			}
+			got, err := parseModernMeta(p)
+			if (err != nil) != tt.err || (!tt.err && got != tt.want) {
+				t.Fatalf("parseModernMeta(%s) = %+v, %v; want %+v, error %v", tt.params, got, err, tt.want, tt.err)
+			}
+		})
+	}
+}
+
+func TestHeaderName(t *testing.T) {
+	tests := []struct {
+		in, want string
+		ok       bool
+	}{
+		{"greet", "greet", true},
+		{"  greet \t", "greet", true},
+		{"=?base64?w6lsw6h2ZQ==?=", "élève", true},
+		{"=?base64?not base64?=", "", false},
+		{"=?base64?Zm9v", "", false},
+	}
+	for _, tt := range tests {
+		got, ok := headerName([]byte(tt.in))
+		if got != tt.want || ok != tt.ok {
+			t.Errorf("headerName(%q) = %q, %v; want %q, %v", tt.in, got, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestRequestState(t *testing.T) {
+	w := &modernWire{h: &Handler{cfg: Config{OwnerKey: []byte("0123456789abcdef")}}}
+	state := w.signState("owner-a", "task1", "tool", time.Now().Add(time.Minute))
+	if id, ok := w.verifyState("owner-a", "tool", state); !ok || id != "task1" {
+		t.Fatalf("verifyState(own state) = %q, %v", id, ok)
+	}
+	tampered := strings.Replace(state, "task1", "task2", 1)
+	expired := w.signState("owner-a", "task1", "tool", time.Now().Add(-time.Second))
+	for name, tc := range map[string]struct{ owner, tool, state string }{
+		"foreign owner": {"owner-b", "tool", state},
+		"other tool":    {"owner-a", "other", state},
+		"tampered":      {"owner-a", "tool", tampered},
+		"expired":       {"owner-a", "tool", expired},
+		"garbage":       {"owner-a", "tool", requestStatePrefix + "x"},
+	} {
+		if _, ok := w.verifyState(tc.owner, tc.tool, tc.state); ok {
+			t.Errorf("verifyState accepted a %s state", name)
+		}
+	}
+}
+
+// modernPost is a 2026 request: header and _meta at version, the given
+// capabilities (raw JSON; "" = none), Mcp-Method and Mcp-Name.
+func modernPost(method, params, caps, name string, headers ...string) *fasthttp.Request {
+	meta := `"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"`
+	if caps != "" {
+		meta += `,"io.modelcontextprotocol/clientCapabilities":` + caps
+	}
+	meta += `}`
+	if params == "" {
+		params = "{" + meta + "}"
+	} else {
+		params = strings.TrimSuffix(params, "}") + "," + meta + "}"
+	}
+	h := []string{"Mcp-Protocol-Version", "2026-07-28", "Mcp-Method", method}
+	if name != "" {
+		h = append(h, "Mcp-Name", name)
+	}
+	return newPost(`{"jsonrpc":"2.0","id":7,"method":"`+method+`","params":`+params+`}`, append(h, headers...)...)
+}
+
+// TestModernClassifier: the errors of the era check, before the upstream is
+// contacted (E-02, E-07, E-08, E-29).
+func TestModernClassifier(t *testing.T) {
+	tp := newTestProxy(t, jsonAnswer(`{"jsonrpc":"2.0","id":7,"result":{}}`))
+	const tasksCaps = `{"extensions":{"io.modelcontextprotocol/tasks":{}}}`
+	tests := []struct {
+		name     string
+		req      *fasthttp.Request
+		status   int
+		code     int
+		dataPart string
+	}{
+		{"header mismatch", modernPost("tools/call", `{"name":"x"}`, `{}`, "x", "Mcp-Protocol-Version", "2025-11-25"), 400, -32020, ""},
+		{"no capabilities", modernPost("tools/call", `{"name":"x"}`, "", "x"), 400, -32602, ""},
+		{"method header mismatch", modernPost("tools/call", `{"name":"x"}`, `{}`, "x", "Mcp-Method", "tools/list"), 400, -32020, ""},
+		{"name header mismatch", modernPost("tools/call", `{"name":"x"}`, `{}`, "y"), 400, -32020, ""},
+		{"tasks/get without the extension", modernPost("tasks/get", `{"taskId":"abc"}`, `{}`, "abc"), 400, -32021, `"requiredCapabilities"`},
+		{"tasks/get without Mcp-Name", modernPost("tasks/get", `{"taskId":"abc"}`, tasksCaps, ""), 400, -32020, ""},
+		{"tasks/get unknown", modernPost("tasks/get", `{"taskId":"abc"}`, tasksCaps, "abc"), 200, -32602, ""},
+		{"tasks/result", modernPost("tasks/result", `{"taskId":"abc"}`, tasksCaps, ""), 404, -32601, ""},
+		{"tasks/list", modernPost("tasks/list", ``, tasksCaps, ""), 404, -32601, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp := tp.do(tt.req)
+			var m struct {
+				Error struct {
+					Code int             `json:"code"`
+					Data json.RawMessage `json:"data"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(resp.Body(), &m); err != nil || resp.StatusCode() != tt.status || m.Error.Code != tt.code ||
+				!strings.Contains(string(m.Error.Data), tt.dataPart) {
+				t.Fatalf("HTTP %d %s; want HTTP %d, code %d, data with %q", resp.StatusCode(), resp.Body(), tt.status, tt.code, tt.dataPart)
+			}
+		})
+	}
+	// An unknown version echoes what it supports (E-02).
+	req := modernPost("tools/call", `{"name":"x"}`, `{}`, "x", "Mcp-Protocol-Version", "2099-01-01")
+	req.SetBodyString(strings.Replace(string(req.Body()), "2026-07-28", "2099-01-01", 1))
+	resp := tp.do(req)
+	if resp.StatusCode() != 400 || !strings.Contains(string(resp.Body()), `"data":{"supported":["2026-07-28","2025-11-25"],"requested":"2099-01-01"}`) {
+		t.Errorf("unsupported version: HTTP %d %s", resp.StatusCode(), resp.Body())
+	}
+	// None of these reached the upstream (the era probe is the only request).
+	for _, r := range tp.up.requests() {
+		if !strings.Contains(string(r.Body()), "server/discover") {
+			t.Errorf("upstream got %s", r.Body())
+		}
+	}
+}
+
+// BenchmarkTaskGetByEra measures tasks/get of one stored task on each
+// wire, through ServeFastHTTP: the per-poll cost of a client of each era.
+func BenchmarkTaskGetByEra(b *testing.B) {
+	tp := newTestProxy(b, jsonAnswer(`{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"done"}]}}`), withTCP(),
+		withConfig(func(c *Config) { c.TaskRate = -1 }))
+	create := newPost(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{},"task":{}}}`,
+		"Mcp-Protocol-Version", "2025-11-25", "Authorization", "Bearer bench")
+	resp := tp.do(create)
+	var cr struct {
+		Result struct {
+			Task struct {
+				TaskID string `json:"taskId"`
+			} `json:"task"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(resp.Body(), &cr); err != nil || cr.Result.Task.TaskID == "" {
+		b.Fatalf("create: %s", resp.Body())
+	}
+	id := cr.Result.Task.TaskID
+	waitFor(b, 10*time.Second, "the task to complete", func() bool {
+		return strings.Contains(string(tp.do(newPost(`{"jsonrpc":"2.0","id":2,"method":"tasks/get","params":{"taskId":"`+id+`"}}`,
+			"Mcp-Protocol-Version", "2025-11-25", "Authorization", "Bearer bench")).Body()), `"completed"`)
+	})
+	for _, bc := range []struct {
+		name string
+		req  *fasthttp.Request
+	}{
+		{"2025-11-25", newPost(`{"jsonrpc":"2.0","id":2,"method":"tasks/get","params":{"taskId":"`+id+`"}}`,
+			"Mcp-Protocol-Version", "2025-11-25", "Authorization", "Bearer bench")},
+		{"2026-07-28", modernPost("tasks/get", `{"taskId":"`+id+`"}`, `{"extensions":{"io.modelcontextprotocol/tasks":{}}}`, id,
+			"Authorization", "Bearer bench")},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var rc fasthttp.RequestCtx
+			rc.Init(bc.req, nil, nil)
+			b.ReportAllocs()
+			for b.Loop() {
+				bc.req.CopyTo(&rc.Request)
+				tp.h.ServeFastHTTP(&rc)
+				if rc.Response.StatusCode() != fasthttp.StatusOK || !strings.Contains(string(rc.Response.Body()), id) {
+					b.Fatalf("status %d: %s", rc.Response.StatusCode(), rc.Response.Body())
+				}
+				if err := rc.Response.BodyWriteTo(io.Discard); err != nil {
+					b.Fatal(err)
+				}
+				rc.Response.Reset()
+			}
+		})
+	}
+}
