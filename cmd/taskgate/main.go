@@ -62,6 +62,7 @@ type options struct {
 	taskRate                                            float64
 	streamIdle, streamLifetime, upstreamIdleConn        time.Duration
 	keepAlive, lease, shutdownGrace, storeTimeout       time.Duration
+	promoteWindow                                       time.Duration
 }
 
 func versionString() string {
@@ -102,6 +103,8 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.streamIdle, "stream-idle-timeout", 10*time.Minute, "cut an upstream answer that sends nothing for this long")
 	fs.DurationVar(&o.streamLifetime, "stream-max-lifetime", time.Hour, "maximum lifetime of one proxied SSE stream")
 	fs.DurationVar(&o.upstreamIdleConn, "upstream-idle-conn", 3*time.Second, "close idle upstream keep-alive connections after this (keep below the upstream's idle limit)")
+	fs.DurationVar(&o.promoteWindow, "promote-window", 250*time.Millisecond,
+		"MCP 2026-07-28 clients: how long a task-eligible tools/call runs before it becomes a task (sooner: a plain result, or an InputRequiredResult when the upstream asks)")
 	fs.DurationVar(&o.keepAlive, "keepalive", 15*time.Second, "interval of SSE keep-alive comments on tasks/result waits")
 	fs.DurationVar(&o.lease, "lease", 15*time.Second, "task lease: a task whose runner stops renewing is failed by another replica after this")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long running task calls may finish before they are cancelled and failed")
@@ -195,7 +198,7 @@ func (o *options) validate() error {
 	for name, d := range map[string]time.Duration{
 		"--stream-idle-timeout": o.streamIdle, "--stream-max-lifetime": o.streamLifetime,
 		"--upstream-idle-conn": o.upstreamIdleConn, "--keepalive": o.keepAlive, "--lease": o.lease,
-		"--store-timeout": o.storeTimeout,
+		"--store-timeout": o.storeTimeout, "--promote-window": o.promoteWindow,
 	} {
 		if d <= 0 {
 			return fmt.Errorf("%s: must be positive", name)
@@ -288,6 +291,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		OwnerKey:          []byte(o.ownerKey),
 		ListPageSize:      o.listPageSize,
 		KeepAlive:         o.keepAlive,
+		PromoteWindow:     o.promoteWindow,
 		Lease:             o.lease,
 		MaxTasksPerOwner:  o.maxTasksPerOwner,
 		AllowedOrigins:    splitList(o.allowedOrigins),
