@@ -210,3 +210,57 @@ func BenchmarkTaskGetByEra(b *testing.B) {
 		})
 	}
 }
+
+// TestBridgeSessions: one upstream session per owner, bounded (the least
+// recently used idle one is closed for a new owner; none when all are in
+// use), closed with DELETE when idle too long.
+func TestBridgeSessions(t *testing.T) {
+	init := func(rc *fasthttp.RequestCtx) {
+		if rc.IsPost() && strings.Contains(string(rc.PostBody()), `"initialize"`) {
+			rc.Response.Header.Set("Mcp-Session-Id", "s-"+strings.TrimPrefix(string(rc.Request.Header.Peek("Authorization")), "Bearer "))
+			rc.SetContentType("application/json")
+			rc.SetBodyString(`{"jsonrpc":"2.0","id":"taskgate-bridge-init","result":{"protocolVersion":"2025-06-18","capabilities":{}}}`)
+			return
+		}
+		rc.SetStatusCode(fasthttp.StatusAccepted)
+	}
+	tp := newTestProxy(t, init)
+	b := &tp.h.w26.sessions
+	b.max, b.idle = 1, time.Minute
+	hdr := func(who string) *fasthttp.RequestHeader {
+		var h fasthttp.RequestHeader
+		h.Set("Authorization", "Bearer "+who)
+		return &h
+	}
+	a, err := b.get("a", hdr("a"))
+	if err != nil || a.sid != "s-a" || a.version != "2025-06-18" {
+		t.Fatalf("get(a) = %+v, %v", a, err)
+	}
+	if _, err := b.get("b", hdr("b")); err == nil {
+		t.Fatal("a second owner got a session while the only one is in use")
+	}
+	a.done()
+	s, err := b.get("b", hdr("b"))
+	if err != nil || s.sid != "s-b" {
+		t.Fatalf("get(b) after a was released = %+v, %v", s, err)
+	}
+	s.done()
+	deleted := func(sid string) bool {
+		for _, r := range tp.up.requests() {
+			if string(r.Header.Method()) == fasthttp.MethodDelete && string(r.Header.Peek("Mcp-Session-Id")) == sid {
+				return true
+			}
+		}
+		return false
+	}
+	if !deleted("s-a") {
+		t.Error("the evicted session was not closed upstream")
+	}
+	b.reap(time.Now().Add(2 * time.Minute))
+	if !deleted("s-b") {
+		t.Error("the idle session was not closed upstream")
+	}
+	if len(b.m) != 0 {
+		t.Errorf("%d sessions left after reaping", len(b.m))
+	}
+}

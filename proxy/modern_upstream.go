@@ -102,7 +102,7 @@ func (w *modernWire) newUpstreamRequest(req *fasthttp.Request, hdr *fasthttp.Req
 	req.SetRequestURIBytes(h.mcpPath)
 	if hdr != nil {
 		req.Header.SetHostBytes(hdr.Host())
-		if h.cfg.RewriteHost {
+		if h.cfg.RewriteHost || len(hdr.Host()) == 0 {
 			req.Header.SetHost(h.upHost)
 		}
 	}
@@ -379,16 +379,22 @@ func (s *bridgeSession) done() {
 func (b *bridgeSessions) get(owner string, hdr *fasthttp.RequestHeader) (*bridgeSession, error) {
 	b.mu.Lock()
 	s, ok := b.m[owner]
+	var victim *bridgeSession
 	if !ok {
-		if len(b.m) >= b.max && !b.evictLocked() {
-			b.mu.Unlock()
-			return nil, fmt.Errorf("%w: all %d upstream sessions are in use", errNoBridgeSession, b.max)
+		if len(b.m) >= b.max {
+			if victim = b.evictLocked(); victim == nil {
+				b.mu.Unlock()
+				return nil, fmt.Errorf("%w: all %d upstream sessions are in use", errNoBridgeSession, b.max)
+			}
 		}
 		s = &bridgeSession{owner: owner, ready: make(chan struct{})}
 		b.m[owner] = s
 	}
 	s.users.Add(1)
 	b.mu.Unlock()
+	if victim != nil {
+		b.close(victim)
+	}
 	if !ok {
 		s.err = b.open(s, hdr)
 		close(s.ready)
@@ -404,21 +410,19 @@ func (b *bridgeSessions) get(owner string, hdr *fasthttp.RequestHeader) (*bridge
 	return s, nil
 }
 
-// evictLocked closes the least recently used idle session; false when all
-// are in use.
-func (b *bridgeSessions) evictLocked() bool {
+// evictLocked removes the least recently used idle session and returns it
+// for the caller to close; nil when all are in use.
+func (b *bridgeSessions) evictLocked() *bridgeSession {
 	var victim *bridgeSession
 	for _, s := range b.m {
 		if s.users.Load() == 0 && (victim == nil || s.last.Load() < victim.last.Load()) {
 			victim = s
 		}
 	}
-	if victim == nil {
-		return false
+	if victim != nil {
+		delete(b.m, victim.owner)
 	}
-	delete(b.m, victim.owner)
-	go b.close(victim)
-	return true
+	return victim
 }
 
 // drop forgets s (the upstream ended it, or it failed to open).
