@@ -31,14 +31,15 @@ type modernJob struct {
 	asked     chan struct{} // closed at the first question
 	askedOnce sync.Once
 
-	mu      sync.Mutex
-	next    int                  // last key number handed out
-	open    map[string]*question // by key
-	order   []string             // keys in the order asked
-	round   int                  // pending questions of the current 2026 round
-	answers map[string][]byte    // upstream key -> answer, current 2026 round
-	state   string               // upstream requestState of the current round
-	roundOK chan struct{}        // closed when the current 2026 round is fully answered
+	mu       sync.Mutex
+	answered bool                 // some question was answered
+	next     int                  // last key number handed out
+	open     map[string]*question // by key
+	order    []string             // keys in the order asked
+	round    int                  // pending questions of the current 2026 round
+	answers  map[string][]byte    // upstream key -> answer, current 2026 round
+	state    string               // upstream requestState of the current round
+	roundOK  chan struct{}        // closed when the current 2026 round is fully answered
 }
 
 // question is one open question of a task.
@@ -64,6 +65,13 @@ func (mj *modernJob) release() {
 		mj.session.done()
 		mj.session = nil
 	}
+}
+
+// answeredAny reports whether the client answered any question yet.
+func (mj *modernJob) answeredAny() bool {
+	mj.mu.Lock()
+	defer mj.mu.Unlock()
+	return mj.answered
 }
 
 // declares reports whether the creating request declared what method asks.
@@ -129,6 +137,7 @@ func (mj *modernJob) deliver(h *Handler, j *job, answers []keyVal) bool {
 			continue
 		}
 		delete(mj.open, a.key)
+		mj.answered = true
 		switch mj.era {
 		case era2025:
 			posts = append(posts, post{appendResultResponse(nil, q.upID, a.val)})

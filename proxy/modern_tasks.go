@@ -117,6 +117,7 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 	case <-mj.asked:
 		info.outcome = "input_required"
 		w.inputRequired(rc, env.id, owner, j)
+		w.expireHold(j)
 	case <-timer.C:
 		w.created(rc, env.id, j.t)
 	}
@@ -168,6 +169,26 @@ func (w *modernWire) plainOutcome(rc *fasthttp.RequestCtx, info *reqInfo, id []b
 func (w *modernWire) inputRequired(rc *fasthttp.RequestCtx, id []byte, owner string, j *job) {
 	state := w.signState(owner, j.t.ID, j.t.Tool, time.Now().Add(holdFor))
 	w.h.rpcResult(rc, id, wire2026.AppendInputRequired(nil, j.modern.openRequests(), state))
+}
+
+// expireHold cancels the held call of j when its client has not answered
+// any question by the time the requestState expires: nobody else knows the
+// task, and it would hold an upstream call and a place in the owner's
+// limit until the policy timeout.
+func (w *modernWire) expireHold(j *job) {
+	h := w.h
+	time.AfterFunc(holdFor, func() {
+		if j.modern.answeredAny() || h.root.Err() != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
+		_, err := h.store.Cancel(ctx, j.t.Owner, j.t.ID, "the client did not answer the questions before its requestState expired")
+		cancel()
+		if err == nil {
+			j.cancel(errCancelledByClient)
+			h.log.Info().Str(logTaskID, j.t.ID).Msg("held call cancelled: its requestState expired unanswered")
+		}
+	})
 }
 
 // holdFor is how long a requestState of an InputRequiredResult is valid.
