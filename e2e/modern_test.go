@@ -547,3 +547,40 @@ func TestConformance(t *testing.T) {
 		})
 	}
 }
+
+// TestModernPlainCallAsks: a plain 2026 call (no tasks extension) whose 2025
+// upstream asks the user mid-call gets an InputRequiredResult with a signed
+// requestState; the retry with the answer gets the call's plain result
+// (digest §1.3: the upstream's question bridged to the 2026 wire).
+func TestModernPlainCallAsks(t *testing.T) {
+	up := startLegacy(t, "--fixtures")
+	gw := startTaskgate(t, up.URL, "--config", conformancePolicy(t))
+	c := newModernClient(t, gw.URL, map[string]any{"elicitation": map[string]any{}})
+	var round1 detailedTask
+	c.ok("tools/call", map[string]any{"name": "ask", "arguments": map[string]any{"question": "Which answer?"}}, "ask", &round1)
+	if round1.ResultType != "input_required" || len(round1.InputRequests) != 1 || round1.RequestState == nil || round1.TaskID != "" {
+		t.Fatalf("round 1 = %+v, want an InputRequiredResult with one question and a requestState", round1)
+	}
+	var key string
+	for k := range round1.InputRequests {
+		key = k
+	}
+	var res struct {
+		ResultType string `json:"resultType"`
+		toolResult
+	}
+	c.ok("tools/call", map[string]any{"name": "ask", "arguments": map[string]any{"question": "Which answer?"},
+		"inputResponses": map[string]any{key: map[string]any{"action": "accept", "content": map[string]any{"answer": "42"}}},
+		"requestState":   *round1.RequestState}, "ask", &res)
+	if res.ResultType != "complete" || res.text() != "you said: 42" {
+		t.Errorf("round 2 = %+v, want the plain result", res)
+	}
+	// A client that cannot answer (no elicitation declared) gets the
+	// upstream's failure, not a question.
+	bare := newModernClient(t, gw.URL, map[string]any{})
+	var failed toolResult
+	bare.ok("tools/call", map[string]any{"name": "ask", "arguments": map[string]any{"question": "?"}}, "ask", &failed)
+	if !failed.IsError {
+		t.Errorf("ask without elicitation = %+v, want an error result", failed)
+	}
+}

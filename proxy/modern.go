@@ -296,20 +296,26 @@ func (w *modernWire) toolsCall(rc *fasthttp.RequestCtx, info *reqInfo, env *enve
 		}
 	}
 	st := w.h.pol.For(name)
-	if !m.tasks || st.TaskSupport == policy.Forbidden {
-		if st.TaskSupport == policy.Required {
-			info.outcome = "task_required"
-			w.fail(rc, info, env.id, 400, wire2026.CodeMissingCapability, "taskgate: tool "+jsonQuote(name)+
-				" must run as a task: declare the extension "+wire2026.ExtensionTasks+" in the request's client capabilities",
-				[]byte(wire2026.RequiredTasksData))
-			return
-		}
-		w.plainCall(rc, info, env, era)
-		return
-	}
 	if state, ok := unquoteValue(vals[1]); ok && strings.HasPrefix(state, requestStatePrefix) {
 		w.resumeHeld(rc, info, env, name, state)
 		return
 	}
-	w.createTask(rc, info, env, name, st, m, era)
+	if !m.tasks || st.TaskSupport == policy.Forbidden {
+		switch {
+		case st.TaskSupport == policy.Required:
+			info.outcome = "task_required"
+			w.fail(rc, info, env.id, 400, wire2026.CodeMissingCapability, "taskgate: tool "+jsonQuote(name)+
+				" must run as a task: declare the extension "+wire2026.ExtensionTasks+" in the request's client capabilities",
+				[]byte(wire2026.RequiredTasksData))
+		case era == era2025 && st.TaskSupport != policy.Forbidden && (m.elicitation || m.sampling || m.roots):
+			// A 2025 upstream asks its questions mid-call; a 2026 client
+			// can only answer an InputRequiredResult and retry. The call
+			// runs as a task the client never sees (createTask, plain).
+			w.createTask(rc, info, env, name, st, m, era, true)
+		default:
+			w.plainCall(rc, info, env, era)
+		}
+		return
+	}
+	w.createTask(rc, info, env, name, st, m, era, false)
 }

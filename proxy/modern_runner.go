@@ -30,6 +30,7 @@ type modernJob struct {
 
 	asked     chan struct{} // closed at the first question
 	askedOnce sync.Once
+	newQ      chan struct{} // closed at the next question (then replaced); under mu
 
 	mu       sync.Mutex
 	answered bool                 // some question was answered
@@ -67,6 +68,16 @@ func (mj *modernJob) release() {
 	}
 }
 
+// nextQuestion returns a channel closed when the next question is asked.
+func (mj *modernJob) nextQuestion() <-chan struct{} {
+	mj.mu.Lock()
+	defer mj.mu.Unlock()
+	if mj.newQ == nil {
+		mj.newQ = make(chan struct{})
+	}
+	return mj.newQ
+}
+
 // answeredAny reports whether the client answered any question yet.
 func (mj *modernJob) answeredAny() bool {
 	mj.mu.Lock()
@@ -95,6 +106,10 @@ func (mj *modernJob) add(q *question) string {
 	key := "in-" + strconv.Itoa(mj.next)
 	mj.open[key] = q
 	mj.order = append(mj.order, key)
+	if mj.newQ != nil {
+		close(mj.newQ)
+		mj.newQ = nil
+	}
 	return key
 }
 

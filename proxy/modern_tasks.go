@@ -29,7 +29,12 @@ import (
 //   - otherwise: the flat CreateTaskResult. The task was stored (and
 //     acknowledged by the store) before, so tasks/get on any replica finds
 //     it.
-func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, tool string, st policy.Settings, m *modernMeta, era int) {
+//
+// With plain (a call that did not declare the extension, to a 2025
+// upstream, whose client can answer questions) there is no window: the
+// client gets the call's outcome, or an InputRequiredResult whenever the
+// upstream asks, and never sees the task that carries the call.
+func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, tool string, st policy.Settings, m *modernMeta, era int, plain bool) {
 	h := w.h
 	if h.closed.Load() {
 		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, msgShuttingDown))
@@ -109,16 +114,20 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 	h.jobs.Store(t.ID, j)
 	h.startJob(j)
 
-	timer := time.NewTimer(w.window)
-	defer timer.Stop()
+	var window <-chan time.Time
+	if !plain {
+		timer := time.NewTimer(w.window)
+		defer timer.Stop()
+		window = timer.C
+	}
 	select {
 	case <-j.settled:
 		w.plainOutcome(rc, info, env.id, j)
 	case <-mj.asked:
 		info.outcome = "input_required"
-		w.inputRequired(rc, env.id, owner, j)
+		w.inputRequired(rc, env.id, owner, j, plain)
 		w.expireHold(j)
-	case <-timer.C:
+	case <-window:
 		w.created(rc, env.id, j.t)
 	}
 }
@@ -166,8 +175,8 @@ func (w *modernWire) plainOutcome(rc *fasthttp.RequestCtx, info *reqInfo, id []b
 
 // inputRequired answers with an InputRequiredResult holding j's open
 // questions and a requestState naming j's task.
-func (w *modernWire) inputRequired(rc *fasthttp.RequestCtx, id []byte, owner string, j *job) {
-	state := w.signState(owner, j.t.ID, j.t.Tool, time.Now().Add(holdFor))
+func (w *modernWire) inputRequired(rc *fasthttp.RequestCtx, id []byte, owner string, j *job, plain bool) {
+	state := w.signState(owner, j.t.ID, j.t.Tool, plain, time.Now().Add(holdFor))
 	w.h.rpcResult(rc, id, wire2026.AppendInputRequired(nil, j.modern.openRequests(), state))
 }
 
@@ -201,38 +210,43 @@ const requestStatePrefix = "tgs1."
 // valid until exp: the task id, tool and expiry, and a keyed hash of them
 // and the owner (so only the owner can use it, and any replica sharing the
 // owner key can verify it).
-func (w *modernWire) signState(owner, taskID, tool string, exp time.Time) string {
-	payload := taskID + "." + strconv.FormatInt(exp.Unix(), 10) + "." + base64.RawURLEncoding.EncodeToString([]byte(tool))
+func (w *modernWire) signState(owner, taskID, tool string, plain bool, exp time.Time) string {
+	kind := "t"
+	if plain {
+		kind = "p"
+	}
+	payload := taskID + "." + strconv.FormatInt(exp.Unix(), 10) + "." + base64.RawURLEncoding.EncodeToString([]byte(tool)) + "." + kind
 	return requestStatePrefix + payload + "." + w.h.keyedHash("request-state", []byte(owner+"\x00"+payload))
 }
 
 // verifyState returns the task id a requestState of signState names, if
 // it is intact, unexpired, the owner's, and for tool.
-func (w *modernWire) verifyState(owner, tool, state string) (string, bool) {
+// plain reports a state of a plain call (see createTask).
+func (w *modernWire) verifyState(owner, tool, state string) (taskID string, plain, ok bool) {
 	rest, ok := strings.CutPrefix(state, requestStatePrefix)
 	if !ok {
-		return "", false
+		return "", false, false
 	}
 	i := strings.LastIndexByte(rest, '.')
 	if i < 0 {
-		return "", false
+		return "", false, false
 	}
 	payload, mac := rest[:i], rest[i+1:]
 	if !equalConstantTime(mac, w.h.keyedHash("request-state", []byte(owner+"\x00"+payload))) {
-		return "", false
+		return "", false, false
 	}
 	parts := strings.Split(payload, ".")
-	if len(parts) != 3 {
-		return "", false
+	if len(parts) != 4 || (parts[3] != "t" && parts[3] != "p") {
+		return "", false, false
 	}
 	exp, err := strconv.ParseInt(parts[1], 10, 64)
 	if err != nil || time.Now().Unix() > exp {
-		return "", false
+		return "", false, false
 	}
 	if t, err := base64.RawURLEncoding.DecodeString(parts[2]); err != nil || string(t) != tool {
-		return "", false
+		return "", false, false
 	}
-	return parts[0], true
+	return parts[0], parts[3] == "p", true
 }
 
 func equalConstantTime(a, b string) bool {
@@ -256,7 +270,7 @@ func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 	if !h.allowTaskOp(rc, info, env.id, owner) {
 		return
 	}
-	taskID, ok := w.verifyState(owner, tool, state)
+	taskID, plain, ok := w.verifyState(owner, tool, state)
 	if !ok {
 		w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: requestState is invalid, expired, or not for this call", nil)
 		return
@@ -267,12 +281,43 @@ func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 		w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: a retry with requestState needs an inputResponses object", nil)
 		return
 	}
+	var next <-chan struct{}
+	j := h.localJob(owner, taskID)
+	if plain && j != nil && j.modern != nil {
+		next = j.modern.nextQuestion()
+	}
 	t, err := w.answer(owner, taskID, vals[0])
 	if err != nil {
 		w.taskError(rc, info, env.id, err)
 		return
 	}
-	w.created(rc, env.id, t)
+	if !plain {
+		w.created(rc, env.id, t)
+		return
+	}
+	if next == nil {
+		// The call runs on another replica: wait for its outcome through
+		// the store (a further question of it is not surfaced here).
+		t, out, err := h.waitTerminal(h.root, owner, taskID, nil, nil)
+		if err != nil {
+			w.taskError(rc, info, env.id, err)
+			return
+		}
+		w.plainOutcome(rc, info, env.id, &job{t: t, finalTask: t, finalOut: out})
+		return
+	}
+	if string(j.modern.openRequests()) != "{}" {
+		info.outcome = "input_required"
+		w.inputRequired(rc, env.id, owner, j, true) // questions left unanswered
+		return
+	}
+	select {
+	case <-j.settled:
+		w.plainOutcome(rc, info, env.id, j)
+	case <-next:
+		info.outcome = "input_required"
+		w.inputRequired(rc, env.id, owner, j, true)
+	}
 }
 
 // tasksMethod serves tasks/get, tasks/update and tasks/cancel of the 2026
