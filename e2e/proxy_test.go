@@ -421,7 +421,7 @@ func TestHelpListsFlagsAndEnv(t *testing.T) {
 	flags := []string{"listen", "upstream", "redis", "config", "admin-listen", "log-level", "log-format",
 		"owner-key", "allowed-origins", "rewrite-host", "max-body-size", "max-result-size",
 		"max-tasks-per-owner", "list-page-size", "stream-idle-timeout", "stream-max-lifetime",
-		"upstream-idle-conn", "keepalive", "lease", "shutdown-grace", "store-timeout",
+		"upstream-idle-conn", "keepalive", "promote-window", "lease", "shutdown-grace", "store-timeout",
 		"queue-max", "task-rate", "task-burst", "direct-io", "procs", "upstream-ca"}
 	for _, f := range flags {
 		env := "TASKGATE_" + strings.ToUpper(strings.ReplaceAll(f, "-", "_"))
