@@ -43,6 +43,23 @@
 // the store's pub/sub wake-ups with the store as the source of truth, and
 // keeps long waits alive with SSE comments.
 //
+// # The MCP 2026-07-28 wire
+//
+// The same endpoint also serves clients of MCP 2026-07-28, where tasks are
+// the extension io.modelcontextprotocol/tasks on a stateless wire (no
+// initialize, no sessions; each request names its protocol version and its
+// client's capabilities in params._meta). The era is decided per request
+// (modern.go); 2025-era requests never reach that code. The same stored
+// task and raw outcome are rendered per era (package wire2026 renders the
+// 2026 shapes). Files: modern.go (classifier, dispatch, tools/call),
+// modern_tasks.go (task creation with its promote window, tasks/get,
+// tasks/update, tasks/cancel, signed requestState), modern_runner.go (the
+// questions of a running call, answers from any replica, the retries of a
+// 2026 upstream), modern_upstream.go (the upstream's era, the bridge to a
+// 2025 upstream with its owner-bound sessions). The runner calls into them
+// at one point each (callUpstream, relayRequest, relayNotification,
+// deliverAnswers, notifyCancelled) for jobs with a modernJob.
+//
 // # Ownership
 //
 // Tasks belong to an owner derived from the request (a keyed hash of the
