@@ -267,3 +267,16 @@ func TestBridgeSessions(t *testing.T) {
 		t.Errorf("%d sessions left after reaping", len(b.m))
 	}
 }
+
+func TestModernErrorCode(t *testing.T) {
+	for in, want := range map[string]string{
+		`{"jsonrpc":"2.0","id":1,"error":{"code":-32002,"message":"no such resource"}}`: `{"jsonrpc":"2.0","id":1,"error":{"code":-32602,"message":"no such resource"}}`,
+		`{"jsonrpc":"2.0","id":1,"error":{"code":-32042,"message":"open a URL"}}`:       `{"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"open a URL"}}`,
+		`{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"no"}}`:               `{"jsonrpc":"2.0","id":1,"error":{"code":-32601,"message":"no"}}`,
+		`{"jsonrpc":"2.0","id":1,"result":{}}`:                                          `{"jsonrpc":"2.0","id":1,"result":{}}`,
+	} {
+		if got := string(modernErrorCode([]byte(in))); got != want {
+			t.Errorf("modernErrorCode(%s) = %s, want %s", in, got, want)
+		}
+	}
+}

@@ -324,7 +324,7 @@ func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		h.httpRPCError(rc, fasthttp.StatusBadGateway, id, codeInternalError, fmt.Sprintf("taskgate: upstream answered HTTP %d", status))
 		return
 	}
-	out, err := capability.ModernResult(msg, env.method == methodToolsList)
+	out, err := capability.ModernResult(modernErrorCode(msg), env.method == methodToolsList)
 	if err != nil {
 		out = msg
 	}
@@ -551,4 +551,37 @@ func (w *modernWire) reapLoop() {
 			w.sessions.reap(now)
 		}
 	}
+}
+
+// modernErrorCode rewrites the error codes of the 2025 era that the 2026
+// wire does not have: -32002 (resource not found) becomes -32602, and
+// -32042 (URL elicitation required, which a 2026 client receives as an
+// input request instead) becomes -32603 with the upstream's message. Other
+// messages are returned as they are.
+func modernErrorCode(msg []byte) []byte {
+	vals, err := members(msg, "error")
+	if err != nil || !isObject(vals[0]) {
+		return msg
+	}
+	ev, err := members(vals[0], "code")
+	if err != nil {
+		return msg
+	}
+	var code string
+	switch string(ev[0]) {
+	case "-32002":
+		code = "-32602"
+	case "-32042":
+		code = "-32603"
+	default:
+		return msg
+	}
+	e, err := setMember(vals[0], "code", []byte(code))
+	if err != nil {
+		return msg
+	}
+	if out, err := setMember(msg, "error", e); err == nil {
+		return out
+	}
+	return msg
 }
