@@ -280,3 +280,37 @@ func TestModernErrorCode(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkTaskCreateByEra measures a task-creating tools/call on each wire
+// through ServeFastHTTP (the answer, not the background call; the 2026
+// promote window is 1ns so the CreateTaskResult comes at once).
+func BenchmarkTaskCreateByEra(b *testing.B) {
+	tp := newTestProxy(b, jsonAnswer(`{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"done"}]}}`), withTCP(),
+		withConfig(func(c *Config) { c.TaskRate, c.MaxTasksPerOwner, c.PromoteWindow = -1, -1, time.Nanosecond }))
+	for _, bc := range []struct {
+		name string
+		req  *fasthttp.Request
+	}{
+		{"2025-11-25", newPost(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{},"task":{}}}`,
+			"Mcp-Protocol-Version", "2025-11-25", "Authorization", "Bearer bench")},
+		{"2026-07-28", modernPost("tools/call", `{"name":"echo","arguments":{}}`, `{"extensions":{"io.modelcontextprotocol/tasks":{}}}`, "echo",
+			"Authorization", "Bearer bench")},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			var rc fasthttp.RequestCtx
+			rc.Init(bc.req, nil, nil)
+			b.ReportAllocs()
+			for b.Loop() {
+				bc.req.CopyTo(&rc.Request)
+				tp.h.ServeFastHTTP(&rc)
+				// A call that ended before the 1ns window fired is answered
+				// plainly (same store work: the task was created).
+				if body := string(rc.Response.Body()); rc.Response.StatusCode() != fasthttp.StatusOK ||
+					!strings.Contains(body, `"taskId"`) && !strings.Contains(body, `"resultType":"complete"`) {
+					b.Fatalf("status %d: %s", rc.Response.StatusCode(), rc.Response.Body())
+				}
+				rc.Response.Reset()
+			}
+		})
+	}
+}
