@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"strconv"
 )
 
@@ -157,12 +158,11 @@ func canonicalID(raw json.RawMessage) string {
 		}
 		return string(raw)
 	}
-	var f json.Number
-	if json.Unmarshal(raw, &f) == nil {
-		if i, err := f.Int64(); err == nil {
-			return "n:" + strconv.FormatInt(i, 10)
+	if f, err := strconv.ParseFloat(string(raw), 64); err == nil {
+		if f == math.Trunc(f) && math.Abs(f) < 1<<53 {
+			return "n:" + strconv.FormatInt(int64(f), 10)
 		}
-		return "n:" + f.String()
+		return "n:" + strconv.FormatFloat(f, 'g', -1, 64)
 	}
 	return string(raw)
 }

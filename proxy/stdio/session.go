@@ -94,15 +94,20 @@ func (s *session) startCall(m *message) (*call, error) {
 	return c, nil
 }
 
-// endCall forgets a call (answered, cancelled, or its caller left).
-func (s *session) endCall(c *call) {
-	s.mu.Lock()
+// forget removes c from the tables; s.mu is held.
+func (s *session) forget(c *call) {
 	if s.calls[c.id] == c {
 		delete(s.calls, c.id)
 	}
 	if c.token != "" && s.tokens[c.token] == c {
 		delete(s.tokens, c.token)
 	}
+}
+
+// endCall forgets a call (answered, cancelled, or its caller left).
+func (s *session) endCall(c *call) {
+	s.mu.Lock()
+	s.forget(c)
 	s.last = time.Now()
 	drained := s.state == draining && len(s.calls) == 0
 	s.mu.Unlock()
@@ -236,7 +241,12 @@ func (s *session) route(msg []byte) {
 	toGet := false
 	switch {
 	case m.response:
+		// Forgotten before its answer is pushed: the caller may reuse the
+		// id as soon as it has the answer.
 		target = s.calls[canonicalID(m.id)]
+		if target != nil {
+			s.forget(target)
+		}
 		if target == s.initCall && target != nil {
 			s.initCall = nil
 			if s.initTimer != nil {
