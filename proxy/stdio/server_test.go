@@ -542,3 +542,47 @@ func TestCloseStopsChildren(t *testing.T) {
 		t.Errorf("child ended with %v, want a clean exit on stdin EOF", ss.child.state)
 	}
 }
+
+// BenchmarkCall measures one request and its answer through the in-process
+// endpoint and a child's stdin and stdout (the fake server answers at once).
+func BenchmarkCall(b *testing.B) {
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	s, err := New(Config{Command: []string{exe}, Env: []string{fakeEnv + "=plain"}}, zerolog.Nop())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_ = s.Close(ctx)
+	}()
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return s.Dial(ctx) }}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr}
+	post := func(sid, body string) (*http.Response, []byte) {
+		req, _ := http.NewRequest(http.MethodPost, "http://stdio"+Path, strings.NewReader(body))
+		if sid != "" {
+			req.Header.Set(headerSessionID, sid)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return resp, raw
+	}
+	resp, _ := post("", initBody)
+	sid := resp.Header.Get(headerSessionID)
+	body := `{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"pid","arguments":{}}}`
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, raw := post(sid, body); !bytes.Contains(raw, []byte(`"result"`)) {
+			b.Fatalf("answer %s", raw)
+		}
+	}
+}
