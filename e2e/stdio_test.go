@@ -262,6 +262,30 @@ func TestStdioSessionsIsolated(t *testing.T) {
 	if got := stats(b).Calls["echo"]; got != 0 {
 		t.Errorf("session B's server counted %d echo calls, want 0 (it must be another process)", got)
 	}
+	// The children's stderr is in taskgate's log, marked with the session
+	// hash the request lines use; raw session ids never are.
+	waitFor(t, 10*time.Second, "the children's stderr in the log", func() bool {
+		return strings.Count(gw.p.out.String(), `serving on stdio`) == 2
+	})
+	out := gw.p.out.String()
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.Contains(line, `"stderr":`) {
+			continue
+		}
+		var rec struct {
+			Session string `json:"session"`
+			PID     int    `json:"pid"`
+		}
+		if json.Unmarshal([]byte(line), &rec) != nil || len(rec.Session) != 12 || rec.PID == 0 {
+			t.Errorf("stderr log line without a session hash and pid: %s", line)
+		} else if !strings.Contains(out, `"rpc_method":"notifications/initialized","session":"`+rec.Session+`"`) {
+			t.Errorf("stderr session %q is not the hash the request lines show", rec.Session)
+		}
+	}
+	if strings.Contains(out, a.session) || strings.Contains(out, b.session) {
+		t.Error("a raw session id reached taskgate's log")
+	}
+
 	// A task of A is invisible to B (another owner: the session).
 	tk := a.createTask("echo", map[string]any{"text": "mine"}, nil)
 	a.waitStatus(tk.TaskID, "completed", 10*time.Second)
@@ -483,4 +507,20 @@ func allText(content []mcp.Content) string {
 		}
 	}
 	return b.String()
+}
+
+// TestStdioBridgesOlderServer: a stdio server capped at 2025-06-18 gets
+// protocol-version bridging as over HTTP: the client speaks 2025-11-25 with
+// tasks.
+func TestStdioBridgesOlderServer(t *testing.T) {
+	t.Parallel()
+	gw := startStdioGateway(t, legacyStdio()+" --max-protocol-version 2025-06-18")
+	c, init := newMCPClient(t, gw.URL, nil)
+	if init.ProtocolVersion != protocolVersion || init.Capabilities.Tasks == nil {
+		t.Fatalf("initialize: version %q tasks %v; want 2025-11-25 with tasks", init.ProtocolVersion, init.Capabilities.Tasks)
+	}
+	tk := mcpCreateTask(t, c, "echo", map[string]any{"text": "bridged"}, nil)
+	if got := taskResult(t, c, tk.TaskId); textOf(got.Content) != "bridged" {
+		t.Errorf("TaskResult = %q", textOf(got.Content))
+	}
 }

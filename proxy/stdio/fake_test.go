@@ -108,6 +108,8 @@ func fakeServer(mode string) int {
 					write(`{"jsonrpc":"2.0","id":"srv-1","method":"elicitation/create","params":{"message":"ok?","requestedSchema":{"type":"object"}}}` + "\n")
 					res := <-ch
 					write(text("answer " + string(res)))
+				case "ping-then-answer":
+					write(`{"jsonrpc":"2.0","id":"srv-2","method":"ping"}`+"\n", text("pinged"))
 				case "die":
 					os.Exit(3)
 				case "hang":

@@ -586,3 +586,39 @@ func BenchmarkCall(b *testing.B) {
 		}
 	}
 }
+
+// With two requests in flight, a request of the child cannot be given to
+// either: it goes to the session's GET stream.
+func TestServerRequestWithSeveralInFlightGoesToGET(t *testing.T) {
+	s, _ := startServer(t, "plain", nil)
+	c := newClient(t, s)
+	c.initialize()
+	req, _ := http.NewRequest(http.MethodGet, "http://stdio"+Path, nil)
+	req.Header.Set(headerSessionID, c.sid)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	go c.post(callBody(1, "hang", `{}`))
+	ss := s.lookup([]byte(c.sid))
+	waitFor(t, "the hanging call", func() bool {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return len(ss.calls) == 1
+	})
+	a := c.post(callBody(2, "ping-then-answer", `{}`))
+	if len(a.msgs) != 1 || resultText(a.last()) != "pinged" {
+		t.Fatalf("the second call's answer carries %v, want only its result", a.msgs)
+	}
+	br := bufio.NewReader(resp.Body)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("GET stream ended before the ping: %v", err)
+		}
+		if strings.Contains(line, `"srv-2"`) {
+			return
+		}
+	}
+}
