@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -231,6 +232,17 @@ func TestStdioChildKilledMidTask(t *testing.T) {
 	}
 	if got := childPIDs(t, gw); len(got) != 1 || got[0] == pids[0] {
 		t.Errorf("children after re-initialize: %v (killed %d)", got, pids[0])
+	}
+	resp, err := http.Get(gw.Admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	metrics, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{`taskgate_stdio_exits_total{reason="crashed"} 1`, "taskgate_stdio_children 1", "taskgate_stdio_started_total 2"} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 }
 

@@ -323,7 +323,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var dial func(context.Context) (net.Conn, error)
 	var children *stdio.Server
 	if o.upstreamCommand != "" {
-		if children, err = newStdio(o, log); err != nil {
+		if children, err = newStdio(o, log, reg); err != nil {
 			fmt.Fprintf(stderr, "taskgate: %v\n", err)
 			return 2
 		}
@@ -438,7 +438,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // newStdio sets up the stdio upstream of --upstream-command. Only the
 // program and the names of --upstream-env entries are logged: arguments
 // and values may hold secrets.
-func newStdio(o *options, log zerolog.Logger) (*stdio.Server, error) {
+func newStdio(o *options, log zerolog.Logger, reg prometheus.Registerer) (*stdio.Server, error) {
 	argv, err := stdio.SplitCommand(o.upstreamCommand)
 	if err != nil {
 		return nil, fmt.Errorf("--upstream-command: %w", err)
@@ -453,6 +453,7 @@ func newStdio(o *options, log zerolog.Logger) (*stdio.Server, error) {
 		MaxLineSize: o.stdioMaxLine,
 		StopGrace:   o.stdioStop,
 		QueueMax:    o.queueMax,
+		Metrics:     reg,
 	}, log)
 	if err != nil {
 		return nil, err

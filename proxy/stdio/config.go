@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Config configures a Server. Zero fields take the documented defaults.
@@ -58,6 +60,9 @@ type Config struct {
 	// can replace it later (taskgate uses the proxy's keyed hash, so that
 	// both logs name a session the same way).
 	SessionLabel func(sid []byte) string
+	// Metrics, when set, registers the Server's collectors
+	// (taskgate_stdio_*). Default: not registered.
+	Metrics prometheus.Registerer
 }
 
 func (c *Config) setDefaults() {

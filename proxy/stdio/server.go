@@ -36,6 +36,7 @@ type Server struct {
 	ln    *fasthttputil.InmemoryListener
 	srv   *fasthttp.Server
 	label atomic.Pointer[func([]byte) string]
+	m     *metrics
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -69,6 +70,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		}
 	}
 	s.label.Store(&label)
+	s.m = newMetrics(cfg.Metrics, s)
 	s.srv = &fasthttp.Server{
 		Handler:               s.serve,
 		Name:                  "taskgate-stdio",
@@ -324,12 +326,15 @@ func (s *Server) post(rc *fasthttp.RequestCtx, sid []byte) {
 func (s *Server) refuseSession(rc *fasthttp.RequestCtx, id json.RawMessage, err error) {
 	switch {
 	case errors.Is(err, errFull):
+		s.m.refused.WithLabelValues("full").Inc()
 		rc.Response.Header.Set("Retry-After", "5")
 		writeError(rc, fasthttp.StatusServiceUnavailable, id, codeServerGone,
 			fmt.Sprintf("taskgate: all %d stdio MCP server processes are in use (--stdio-max-children); try again later", s.cfg.MaxChildren))
 	case errors.Is(err, errClosed):
+		s.m.refused.WithLabelValues("shutting_down").Inc()
 		writeError(rc, fasthttp.StatusServiceUnavailable, id, codeServerGone, "taskgate: shutting down")
 	default:
+		s.m.refused.WithLabelValues("start_failed").Inc()
 		s.log.Error().Err(err).Msg("stdio server did not start")
 		writeError(rc, fasthttp.StatusBadGateway, id, codeServerGone, "taskgate: the stdio MCP server did not start: "+err.Error())
 	}

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 )
 
@@ -349,6 +350,9 @@ func TestChildExitEndsSession(t *testing.T) {
 	if s.Started() != 2 {
 		t.Errorf("started %d children, want a new one for the new session", s.Started())
 	}
+	if got := testutil.ToFloat64(s.m.exits.WithLabelValues("crashed")); got != 1 {
+		t.Errorf("taskgate_stdio_exits_total{reason=crashed} = %v, want 1", got)
+	}
 	if !strings.Contains(logs.String(), `"exit":"exit status 3"`) {
 		t.Error("the exit status was not logged")
 	}
@@ -365,6 +369,9 @@ func TestInitializeTimeoutKillsChild(t *testing.T) {
 		t.Fatalf("initialize of a silent child: HTTP %d %v", a.status, a.msgs)
 	}
 	waitFor(t, "the silent child to be gone", func() bool { return s.Children() == 0 })
+	waitFor(t, "the exit to be counted", func() bool {
+		return testutil.ToFloat64(s.m.exits.WithLabelValues("init_timeout")) == 1
+	})
 }
 
 func TestMaxChildren(t *testing.T) {
@@ -390,6 +397,9 @@ func TestMaxChildren(t *testing.T) {
 	}
 	waitFor(t, "the deleted session's child to stop", func() bool { return s.Children() == 1 })
 	third.initialize()
+	if got := testutil.ToFloat64(s.m.refused.WithLabelValues("full")); got != 1 {
+		t.Errorf("taskgate_stdio_refused_total{reason=full} = %v, want 1", got)
+	}
 }
 
 func TestDeleteWaitsForCallsInFlight(t *testing.T) {

@@ -46,7 +46,9 @@ type session struct {
 	// initCall is the initialize request until it is answered.
 	initCall  *call
 	initTimer *time.Timer
-	ended     chan struct{} // closed when the session ended
+	// initTimedOut: the child was killed for not answering initialize.
+	initTimedOut bool
+	ended        chan struct{} // closed when the session ended
 }
 
 type sessionState int
@@ -198,6 +200,7 @@ func (s *session) readLoop() {
 // id is among the first bytes, fails.
 func (s *session) tooLong(prefix []byte) {
 	msg := fmt.Sprintf("taskgate: the stdio MCP server's message exceeds the limit of %d bytes", s.srv.cfg.MaxLineSize)
+	s.srv.m.dropped.WithLabelValues("too_long").Inc()
 	s.log.Warn().Int("limit", s.srv.cfg.MaxLineSize).Msg("stdio server wrote a line over the size limit; dropped")
 	id := prefixID(prefix)
 	if id == "" {
@@ -217,6 +220,7 @@ func (s *session) fromChild(line []byte) {
 	if isBatch(line) {
 		var batch []json.RawMessage
 		if json.Unmarshal(line, &batch) != nil {
+			s.srv.m.dropped.WithLabelValues("invalid").Inc()
 			s.log.Warn().Msg("stdio server wrote invalid JSON; line dropped")
 			return
 		}
@@ -232,6 +236,7 @@ func (s *session) route(msg []byte) {
 	m, err := parseMessage(msg)
 	if err != nil {
 		// Never the content: it may hold a user's data.
+		s.srv.m.dropped.WithLabelValues("invalid").Inc()
 		s.log.Warn().Err(err).Int("bytes", len(msg)).Msg("stdio server wrote a line that is not a JSON-RPC message; dropped")
 		return
 	}
@@ -306,9 +311,17 @@ func (s *session) childGone() {
 		c.kill()
 	}
 	if c.isStopping() {
+		reason := "stopped"
+		s.mu.Lock()
+		if s.initTimedOut {
+			reason = "init_timeout"
+		}
+		s.mu.Unlock()
+		s.srv.m.exits.WithLabelValues(reason).Inc()
 		s.end("", "")
 		return
 	}
+	s.srv.m.exits.WithLabelValues("crashed").Inc()
 	status := c.exitStatus()
 	s.log.Warn().Str("exit", status).Msg("stdio server exited; its session ends")
 	s.end("stdio server exited", "taskgate: the stdio MCP server exited ("+status+"); the session ended, initialize again")
@@ -319,6 +332,7 @@ func (s *session) initExpired() {
 	s.mu.Lock()
 	c := s.initCall
 	s.initCall = nil
+	s.initTimedOut = c != nil
 	s.mu.Unlock()
 	if c == nil {
 		return
