@@ -81,6 +81,10 @@ func fakeServer(mode string) int {
 			if strings.Contains(mode, "noinit") {
 				continue
 			}
+			if strings.Contains(mode, "refuse") {
+				write(`{"jsonrpc":"2.0","id":` + id + `,"error":{"code":-32602,"message":"unsupported protocol version"}}` + "\n")
+				continue
+			}
 			write(result(map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{"tools": map[string]any{}},
 				"serverInfo": map[string]any{"name": "fake", "version": "0"}}))
 		case m.Method != "tools/call":

@@ -89,8 +89,8 @@ type message struct {
 	id     json.RawMessage // raw, nil when absent or null
 	method string
 	params json.RawMessage
-	// response: no method, and a result or an error.
-	response bool
+	// response: no method, and a result or an error; failed: an error.
+	response, failed bool
 }
 
 // isRequest reports whether m is a request (a method and an id).
@@ -133,7 +133,7 @@ func parseMessage(b []byte) (message, error) {
 		if w.Result == nil && w.Error == nil {
 			return message{}, errNotMessage
 		}
-		m.response = true
+		m.response, m.failed = true, w.Error != nil
 	}
 	return m, nil
 }

@@ -632,3 +632,15 @@ func TestServerRequestWithSeveralInFlightGoesToGET(t *testing.T) {
 		}
 	}
 }
+
+// A child that answers initialize with an error is stopped: the client
+// cannot use that session.
+func TestInitializeRefusedEndsSession(t *testing.T) {
+	s, _ := startServer(t, "refuse", nil)
+	c := newClient(t, s)
+	a := c.post(initBody)
+	if a.status != http.StatusOK || !strings.Contains(errorMessage(a.last()), "unsupported protocol version") {
+		t.Fatalf("refused initialize: HTTP %d %v, want the child's error", a.status, a.msgs)
+	}
+	waitFor(t, "the refusing child to stop", func() bool { return s.Children() == 0 })
+}

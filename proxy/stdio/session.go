@@ -243,7 +243,7 @@ func (s *session) route(msg []byte) {
 	s.mu.Lock()
 	s.last = time.Now()
 	var target *call
-	toGet := false
+	toGet, initFailed := false, false
 	switch {
 	case m.response:
 		// Forgotten before its answer is pushed: the caller may reuse the
@@ -253,6 +253,7 @@ func (s *session) route(msg []byte) {
 			s.forget(target)
 		}
 		if target == s.initCall && target != nil {
+			initFailed = m.failed
 			s.initCall = nil
 			if s.initTimer != nil {
 				s.initTimer.Stop()
@@ -278,6 +279,10 @@ func (s *session) route(msg []byte) {
 	case m.response && target != nil:
 		target.q.push(msg, false, true)
 		s.endCall(target)
+		if initFailed {
+			// The client cannot use a session whose initialize failed.
+			s.end("the stdio server refused initialize", "")
+		}
 	case m.response:
 		// The caller left or cancelled; the server answered anyway.
 		s.log.Debug().Msg("stdio server answered a request nobody waits for; dropped")
