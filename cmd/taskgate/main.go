@@ -67,6 +67,7 @@ type options struct {
 	// stdio upstream (--upstream-command)
 	upstreamCommand, upstreamDir           string
 	upstreamEnv                            []string
+	upstreamEnvBad                         int // 1-based index of the first malformed --upstream-env entry
 	stdioMaxChildren, stdioMaxLine         int
 	stdioIdle, stdioInitTimeout, stdioStop time.Duration
 }
@@ -94,8 +95,10 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 			if kv = strings.TrimSpace(kv); kv == "" {
 				continue
 			}
-			if name, _, ok := strings.Cut(kv, "="); !ok || name == "" {
-				return errors.New("want NAME=VALUE")
+			// A malformed entry is reported by validate, not here: the
+			// flag package would echo the value, which may be a secret.
+			if name, _, ok := strings.Cut(kv, "="); (!ok || name == "") && o.upstreamEnvBad == 0 {
+				o.upstreamEnvBad = len(o.upstreamEnv) + 1
 			}
 			o.upstreamEnv = append(o.upstreamEnv, kv)
 		}
@@ -201,6 +204,8 @@ func (o *options) validate() error {
 		return errors.New("--upstream-env and --upstream-dir need --upstream-command")
 	case o.upstreamCommand != "" && o.upstreamCA != "":
 		return errors.New("--upstream-ca: a stdio --upstream-command has no TLS")
+	case o.upstreamEnvBad > 0:
+		return fmt.Errorf("--upstream-env: entry %d is not NAME=VALUE (its text is not shown: it may be a secret)", o.upstreamEnvBad)
 	case o.stdioMaxChildren <= 0:
 		return errors.New("--stdio-max-children: must be positive")
 	case o.stdioMaxLine <= 0:
