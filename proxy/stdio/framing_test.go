@@ -1,6 +1,7 @@
 package stdio
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -216,5 +217,24 @@ func TestConfigValidateNeverShowsValues(t *testing.T) {
 	err := c.validate()
 	if err == nil || strings.Contains(err.Error(), "s3cret") {
 		t.Fatalf("validate() = %v; want an error without the value", err)
+	}
+}
+
+func TestReadCappedCutsLongStderrLines(t *testing.T) {
+	long := strings.Repeat("e", 3*stderrLineMax)
+	br := bufio.NewReaderSize(strings.NewReader(long+"\nshort\nlast"), 16)
+	var got []string
+	for {
+		line, err := readCapped(br, stderrLineMax)
+		if line != "" || err == nil {
+			got = append(got, line)
+		}
+		if err != nil {
+			break
+		}
+	}
+	want := []string{long[:stderrLineMax] + "…", "short", "last"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("stderr lines (-want +got):\n%s", diff)
 	}
 }

@@ -644,3 +644,52 @@ func TestInitializeRefusedEndsSession(t *testing.T) {
 	}
 	waitFor(t, "the refusing child to stop", func() bool { return s.Children() == 0 })
 }
+
+// A session with a call in flight (a task's background call is one) is
+// never idle, however long the call runs; without one it is.
+func TestCallInFlightIsNotIdle(t *testing.T) {
+	s, _ := startServer(t, "plain", nil)
+	c := newClient(t, s)
+	c.initialize()
+	ss := s.lookup([]byte(c.sid))
+	if d := ss.idleFor(time.Now().Add(time.Hour)); d < time.Hour {
+		t.Fatalf("idle session: idleFor = %v, want about an hour", d)
+	}
+	go c.post(callBody(1, "hang", `{}`))
+	waitFor(t, "the call to be in flight", func() bool {
+		ss.mu.Lock()
+		defer ss.mu.Unlock()
+		return len(ss.calls) == 1
+	})
+	if d := ss.idleFor(time.Now().Add(time.Hour)); d != 0 {
+		t.Errorf("session with a call in flight: idleFor = %v, want 0", d)
+	}
+}
+
+// A child flooding stderr is logged up to the burst; the rest is counted.
+func TestStderrFloodIsBounded(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := &logBuf{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		logStderr(&child{stderr: r}, zerolog.New(logs), 10)
+	}()
+	for i := range 5000 {
+		fmt.Fprintf(w, "line %d\n", i)
+	}
+	w.Close()
+	<-done
+	r.Close()
+	out := logs.String()
+	logged := strings.Count(out, `"message":"stdio server stderr"`)
+	if logged < 100 || logged > 200 {
+		t.Errorf("logged %d of 5000 lines at 10/s with a burst of 100, want about 100", logged)
+	}
+	if !strings.Contains(out, `"stderr_dropped":`) {
+		t.Error("the dropped lines were not counted in the log")
+	}
+}
