@@ -536,3 +536,35 @@ func TestStdioBridgesOlderServer(t *testing.T) {
 		t.Errorf("TaskResult = %q", textOf(got.Content))
 	}
 }
+
+// TestStdioLimitsThroughTaskgate: the stdio limits reach the client as
+// HTTP errors with JSON-RPC bodies: 503 when every process is in use, 504
+// (and the process killed) when the server never answers initialize.
+func TestStdioLimitsThroughTaskgate(t *testing.T) {
+	t.Parallel()
+	t.Run("max children", func(t *testing.T) {
+		gw := startStdioGateway(t, legacyStdio(), "--stdio-max-children", "1")
+		newRawClient(t, gw.URL).initialize()
+		c := newRawClient(t, gw.URL)
+		body, _ := c.marshalRequest("initialize", map[string]any{"protocolVersion": protocolVersion, "capabilities": map[string]any{},
+			"clientInfo": map[string]any{"name": "e2e", "version": "0"}})
+		r := c.postRaw(body)
+		if r.Status != http.StatusServiceUnavailable || r.Msg == nil || r.Msg.Error == nil ||
+			!strings.Contains(r.Msg.Error.Message, "all 1 stdio MCP server processes are in use") || r.Header.Get("Retry-After") == "" {
+			t.Errorf("initialize over --stdio-max-children: HTTP %d %s (Retry-After %q)", r.Status, r.Body, r.Header.Get("Retry-After"))
+		}
+	})
+	t.Run("init timeout", func(t *testing.T) {
+		requireProc(t)
+		gw := startStdioGateway(t, "sleep 600", "--stdio-init-timeout", "500ms")
+		c := newRawClient(t, gw.URL)
+		body, _ := c.marshalRequest("initialize", map[string]any{"protocolVersion": protocolVersion, "capabilities": map[string]any{},
+			"clientInfo": map[string]any{"name": "e2e", "version": "0"}})
+		r := c.postRaw(body)
+		if r.Status != http.StatusGatewayTimeout || r.Msg == nil || r.Msg.Error == nil ||
+			!strings.Contains(r.Msg.Error.Message, "did not answer initialize within 500ms") {
+			t.Errorf("initialize of a silent server: HTTP %d %s, want 504 naming the bound", r.Status, r.Body)
+		}
+		waitFor(t, 10*time.Second, "the silent server to be killed", func() bool { return len(childPIDs(t, gw)) == 0 })
+	})
+}
