@@ -17,6 +17,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttputil"
 )
 
 // logBuf collects the Server's log lines.
@@ -691,5 +693,30 @@ func TestStderrFloodIsBounded(t *testing.T) {
 	}
 	if !strings.Contains(out, `"stderr_dropped":`) {
 		t.Error("the dropped lines were not counted in the log")
+	}
+}
+
+// BenchmarkInmemoryHop measures the HTTP exchange over the in-process
+// listener alone (a fixed answer, no child): what the proxy pays per
+// message for reaching a stdio server through HTTP.
+func BenchmarkInmemoryHop(b *testing.B) {
+	ln := fasthttputil.NewInmemoryListener()
+	body := []byte(`{"jsonrpc":"2.0","id":1,"result":{"content":[{"type":"text","text":"x"}]}}`)
+	srv := &fasthttp.Server{Handler: func(rc *fasthttp.RequestCtx) {
+		rc.Response.Header.SetContentType("application/json")
+		rc.SetBody(body)
+	}}
+	go func() { _ = srv.Serve(ln) }()
+	defer func() { _ = srv.Shutdown() }()
+	hc := &fasthttp.HostClient{Addr: "stdio", Dial: func(string) (net.Conn, error) { return ln.Dial() }}
+	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
+	req.SetRequestURI("http://stdio" + Path)
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetBodyString(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"pid","arguments":{}}}`)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := hc.Do(req, resp); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
