@@ -287,7 +287,10 @@ func (s *session) route(msg []byte) {
 		// The caller left or cancelled; the server answered anyway.
 		s.log.Debug().Msg("stdio server answered a request nobody waits for; dropped")
 	case target != nil:
-		target.q.push(msg, !m.isRequest(), false)
+		if _, ok := target.q.push(msg, !m.isRequest(), false); ok {
+			return
+		}
+		fallthrough // the call ended meanwhile: the GET stream takes it
 	case toGet:
 		if dropped, _ := s.get.push(msg, !m.isRequest(), false); dropped > 0 {
 			s.log.Warn().Int("dropped", dropped).Int("queue_max", s.srv.cfg.QueueMax).
