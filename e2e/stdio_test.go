@@ -24,6 +24,8 @@ import (
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/taskgate/taskgate/taskstore/redistest"
 )
 
 // startStdioGateway starts taskgate in front of the stdio command (split
@@ -567,4 +569,41 @@ func TestStdioLimitsThroughTaskgate(t *testing.T) {
 		}
 		waitFor(t, 10*time.Second, "the silent server to be killed", func() bool { return len(childPIDs(t, gw)) == 0 })
 	})
+}
+
+// TestStdioReplicaKilledMidTask: two replicas share Redis and each runs its
+// own stdio servers. The task runs on replica A against its session's
+// child there; B answers tasks/get. When A is killed, its child dies with
+// it (no orphan), and B fails the task once the lease lapses. A session of
+// A means nothing to B (404): stdio sessions need affinity.
+func TestStdioReplicaKilledMidTask(t *testing.T) {
+	t.Parallel()
+	requireProc(t)
+	const lease = 2 * time.Second
+	redisURL := "redis://" + redistest.Start(t)
+	key := "e2e-stdio-owner-key-0123456789ab"
+	a := startStdioGateway(t, legacyStdio(), "--redis", redisURL, "--owner-key", key, "--lease", lease.String())
+	b := startStdioGateway(t, legacyStdio(), "--redis", redisURL, "--owner-key", key, "--lease", lease.String())
+	ca := newRawClient(t, a.URL)
+	ca.header.Set("Authorization", "Bearer stdio-replicas")
+	ca.initialize()
+	cb := newRawClient(t, b.URL)
+	cb.header, cb.session, cb.version = ca.header, ca.session, ca.version
+
+	tk := ca.createTask("slow", map[string]any{"seconds": 60, "steps": 60}, nil)
+	if g := cb.getTask(tk.TaskID); g.Status != "working" {
+		t.Fatalf("task on B: %s, want working", g.Status)
+	}
+	var kids []int
+	waitFor(t, 10*time.Second, "A's child", func() bool { kids = childPIDs(t, a); return len(kids) == 1 })
+	body, _ := cb.marshalRequest("tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": "x"}})
+	if r := cb.postRaw(body); r.Status != http.StatusNotFound {
+		t.Errorf("A's session on B: HTTP %d, want 404 (the process lives on A)", r.Status)
+	}
+	a.p.kill() // SIGKILL: A cannot stop its children itself
+	waitFor(t, 10*time.Second, "A's child to die with A", func() bool { return !alive(kids[0]) })
+	g := cb.waitTerminal(tk.TaskID, 3*lease+10*time.Second)
+	if g.Status != "failed" || !strings.Contains(g.StatusMessage, "stopped (its lease expired)") {
+		t.Errorf("task after its replica died: %s %q, want failed by lease recovery", g.Status, g.StatusMessage)
+	}
 }
