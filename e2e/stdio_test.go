@@ -607,3 +607,40 @@ func TestStdioReplicaKilledMidTask(t *testing.T) {
 		t.Errorf("task after its replica died: %s %q, want failed by lease recovery", g.Status, g.StatusMessage)
 	}
 }
+
+// TestStdioSharedMode: --stdio-shared runs one process for all sessions;
+// two sessions' plain calls and tasks, with the same request ids, get
+// their own answers.
+func TestStdioSharedMode(t *testing.T) {
+	t.Parallel()
+	requireProc(t)
+	gw := startStdioGateway(t, legacyStdio(), "--stdio-shared")
+	a, b := newRawClient(t, gw.URL), newRawClient(t, gw.URL)
+	a.initialize()
+	b.initialize()
+	if got := childPIDs(t, gw); len(got) != 1 {
+		t.Fatalf("shared mode: %d processes for two sessions, want 1", len(got))
+	}
+	var wg sync.WaitGroup
+	for i, c := range []*rawClient{a, b} {
+		wg.Go(func() {
+			for j := range 10 {
+				want := fmt.Sprintf("session %d, call %d", i, j)
+				var res toolResult
+				c.result("tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": want}}, &res)
+				if res.text() != want {
+					t.Errorf("plain call: %q, want %q", res.text(), want)
+				}
+			}
+			want := fmt.Sprintf("task of session %d", i)
+			tk := c.createTask("echo", map[string]any{"text": want}, nil)
+			c.waitStatus(tk.TaskID, "completed", 10*time.Second)
+			var out toolResult
+			c.result("tasks/result", map[string]any{"taskId": tk.TaskID}, &out)
+			if out.text() != want {
+				t.Errorf("task result %q, want %q", out.text(), want)
+			}
+		})
+	}
+	wg.Wait()
+}

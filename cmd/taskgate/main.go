@@ -70,6 +70,7 @@ type options struct {
 	upstreamEnvBad                         int // 1-based index of the first malformed --upstream-env entry
 	stdioMaxChildren, stdioMaxLine         int
 	stdioIdle, stdioInitTimeout, stdioStop time.Duration
+	stdioShared                            bool
 }
 
 func versionString() string {
@@ -110,6 +111,7 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.stdioInitTimeout, "stdio-init-timeout", 30*time.Second, "kill an --upstream-command process that has not answered initialize this long after it started")
 	fs.IntVar(&o.stdioMaxLine, "stdio-max-line", 32<<20, "maximum bytes of one message (line) from an --upstream-command process; longer lines are dropped and the call they answer fails")
 	fs.DurationVar(&o.stdioStop, "stdio-stop-grace", 5*time.Second, "stopping an --upstream-command process: its stdin is closed, then after this SIGTERM, then after this again SIGKILL (whole process group)")
+	fs.BoolVar(&o.stdioShared, "stdio-shared", false, "one --upstream-command process for all client sessions (stateless servers only): taskgate rewrites request ids and progress tokens so answers never cross sessions; requests and notifications the server sends on its own reach no session")
 	fs.StringVar(&o.upstreamCA, "upstream-ca", "", "PEM file of the CA certificates trusted for an https --upstream, instead of the system's")
 	fs.StringVar(&o.redisURL, "redis", "", "task store: redis://, rediss://, redis+cluster:// or redis+sentinel:// URL; empty = embedded in-process store (single process only)")
 	fs.StringVar(&o.configPath, "config", "", "policy file (YAML); empty = defaults (every tool optional)")
@@ -200,8 +202,8 @@ func (o *options) validate() error {
 		return errors.New("--upstream is required (e.g. --upstream http://127.0.0.1:3000/mcp), or --upstream-command for a stdio server")
 	case o.upstream != "" && o.upstreamCommand != "":
 		return errors.New("--upstream and --upstream-command exclude each other: give an HTTP upstream or a stdio command")
-	case o.upstreamCommand == "" && (len(o.upstreamEnv) > 0 || o.upstreamDir != ""):
-		return errors.New("--upstream-env and --upstream-dir need --upstream-command")
+	case o.upstreamCommand == "" && (len(o.upstreamEnv) > 0 || o.upstreamDir != "" || o.stdioShared):
+		return errors.New("--upstream-env, --upstream-dir and --stdio-shared need --upstream-command")
 	case o.upstreamCommand != "" && o.upstreamCA != "":
 		return errors.New("--upstream-ca: a stdio --upstream-command has no TLS")
 	case o.upstreamEnvBad > 0:
@@ -459,6 +461,7 @@ func newStdio(o *options, log zerolog.Logger, reg prometheus.Registerer) (*stdio
 		StopGrace:   o.stdioStop,
 		QueueMax:    o.queueMax,
 		Metrics:     reg,
+		Shared:      o.stdioShared,
 	}, log)
 	if err != nil {
 		return nil, err
@@ -469,7 +472,7 @@ func newStdio(o *options, log zerolog.Logger, reg prometheus.Registerer) (*stdio
 		names = append(names, name)
 	}
 	log.Info().Str("program", argv[0]).Int("args", len(argv)-1).Strs("env_names", names).
-		Int("max_children", o.stdioMaxChildren).Msg("stdio upstream: one server process per client session")
+		Int("max_children", o.stdioMaxChildren).Bool("shared", o.stdioShared).Msg("stdio upstream started")
 	return s, nil
 }
 

@@ -60,6 +60,12 @@ type Config struct {
 	// can replace it later (taskgate uses the proxy's keyed hash, so that
 	// both logs name a session the same way).
 	SessionLabel func(sid []byte) string
+	// Shared runs one child for all client sessions instead of one per
+	// session, for stateless servers: requests reach it under taskgate's
+	// own ids and progress tokens, so each answer reaches only its caller;
+	// what the child sends on its own (requests, notifications other than
+	// progress) reaches no session. Default false.
+	Shared bool
 	// Metrics, when set, registers the Server's collectors
 	// (taskgate_stdio_*). Default: not registered.
 	Metrics prometheus.Registerer

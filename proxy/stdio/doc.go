@@ -60,7 +60,7 @@
 //
 // Ids are not rewritten: one child belongs to one session, so the client's
 // ids cannot collide with another client's. A request whose id is already
-// in flight in the session is refused. There is no shared mode (one child
-// for many sessions); it would need id rewriting and a proof that answers
-// never cross sessions.
+// in flight in the session is refused. Config.Shared is the exception: one
+// child for all sessions, with ids and progress tokens rewritten (see
+// shared.go for what keeps answers apart).
 package stdio

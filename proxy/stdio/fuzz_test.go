@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/rs/zerolog"
@@ -27,18 +28,41 @@ func FuzzChildOutput(f *testing.F) {
 	} {
 		f.Add([]byte(seed))
 	}
+	f.Add([]byte(`{"jsonrpc":"2.0","id":"tg-1","result":{}}` + "\n" + `{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"tg-2-progress"}}` + "\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		srv := &Server{cfg: Config{MaxLineSize: 256, QueueMax: 8}}
+		fuzzChildOutput(t, data, false)
+		fuzzChildOutput(t, data, true)
+	})
+}
+
+// fuzzChildOutput checks one input against a session, or in shared mode
+// against the shared child with two sessions' calls that use the same id
+// and token (taskgate's ids tg-1 and tg-2).
+func fuzzChildOutput(t *testing.T, data []byte, shared bool) {
+	{
+		srv := &Server{cfg: Config{MaxLineSize: 256, QueueMax: 8, Shared: shared}}
 		srv.m = newMetrics(nil, srv)
 		s := &session{srv: srv, log: zerolog.Nop(), calls: map[string]*call{}, tokens: map[string]*call{},
-			get: newQueue(8), ended: make(chan struct{})}
+			get: newQueue(8), ended: make(chan struct{}), shared: shared, child: &child{}}
 		ids := []string{`1`, `"a"`}
+		if shared {
+			ids = []string{`1`, `1`}
+		}
 		calls := map[string]*call{}
-		for _, id := range ids {
-			m := message{id: json.RawMessage(id), method: "tools/call", params: json.RawMessage(`{"_meta":{"progressToken":"t` + id + `"}}`)}
-			c, err := s.startCall(&m)
-			if err != nil {
-				t.Fatal(err)
+		for i, id := range ids {
+			var c *call
+			if shared {
+				bid := fmt.Sprintf("tg-%d", i+1)
+				c = &call{raw: json.RawMessage(id), id: "s:" + bid, token: "s:" + bid + "-progress",
+					origToken: json.RawMessage(`"t1"`), q: newQueue(8), view: &view{ids: map[string]string{}}}
+				s.calls[c.id], s.tokens[c.token] = c, c
+				id = bid
+			} else {
+				m := message{id: json.RawMessage(id), method: "tools/call", params: json.RawMessage(`{"_meta":{"progressToken":"t` + id + `"}}`)}
+				var err error
+				if c, err = s.startCall(&m); err != nil {
+					t.Fatal(err)
+				}
 			}
 			calls[id] = c
 		}
@@ -63,16 +87,19 @@ func FuzzChildOutput(f *testing.F) {
 				if err != nil {
 					t.Fatalf("call %s got a message that is not JSON-RPC: %q", id, msg)
 				}
-				if m.response && canonicalID(m.id) != canonicalID(json.RawMessage(id)) {
+				if m.response && canonicalID(m.id) != canonicalID(c.raw) {
 					t.Fatalf("call %s got the response for id %s", id, m.id)
+				}
+				if shared && !m.response && m.method != methodProgress {
+					t.Fatalf("shared call %s got %q, which belongs to no call", id, msg)
 				}
 			}
 		}
 		got, _ := s.get.take(nil)
 		for _, msg := range got {
-			if m, err := parseMessage(msg); err != nil || m.response {
+			if m, err := parseMessage(msg); err != nil || m.response || shared {
 				t.Fatalf("GET stream got %q", msg)
 			}
 		}
-	})
+	}
 }

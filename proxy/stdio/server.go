@@ -43,6 +43,8 @@ type Server struct {
 	starting int // children being started (counted against MaxChildren)
 	closed   bool
 
+	sh sharedState // Config.Shared
+
 	started atomic.Int64 // children started (tests, metrics)
 	wg      sync.WaitGroup
 	done    chan struct{} // closed by Close: the idle reaper exits
@@ -62,6 +64,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		sessions: map[string]*session{},
 		done:     make(chan struct{}),
 	}
+	s.sh.views = map[string]*view{}
 	label := cfg.SessionLabel
 	if label == nil {
 		label = func(sid []byte) string {
@@ -161,6 +164,9 @@ func (s *Server) reapIdle() {
 			for _, ss := range idle {
 				ss.end("idle for longer than "+s.cfg.IdleTimeout.String(), "")
 			}
+			if s.cfg.Shared {
+				s.reapViews(now)
+			}
 		}
 	}
 }
@@ -241,8 +247,12 @@ func (s *Server) serve(rc *fasthttp.RequestCtx) {
 	switch {
 	case rc.IsPost():
 		s.post(rc, sid)
+	case rc.IsGet() && s.cfg.Shared:
+		s.getShared(rc, sid)
 	case rc.IsGet():
 		s.getStream(rc, sid)
+	case rc.IsDelete() && s.cfg.Shared:
+		s.deleteShared(rc, sid)
 	case rc.IsDelete():
 		ss := s.lookup(sid)
 		if ss == nil {
@@ -260,12 +270,20 @@ func (s *Server) serve(rc *fasthttp.RequestCtx) {
 func (s *Server) post(rc *fasthttp.RequestCtx, sid []byte) {
 	body := rc.PostBody()
 	if isBatch(body) {
+		if s.cfg.Shared {
+			writeError(rc, fasthttp.StatusBadRequest, nil, codeInvalidRequest, "taskgate: a shared stdio upstream takes no batches")
+			return
+		}
 		s.postBatch(rc, sid, body)
 		return
 	}
 	m, err := parseMessage(body)
 	if err != nil {
 		writeError(rc, fasthttp.StatusBadRequest, nil, codeInvalidRequest, "taskgate: "+err.Error())
+		return
+	}
+	if s.cfg.Shared {
+		s.postShared(rc, sid, m)
 		return
 	}
 	var ss *session

@@ -48,7 +48,9 @@ type session struct {
 	initTimer *time.Timer
 	// initTimedOut: the child was killed for not answering initialize.
 	initTimedOut bool
-	ended        chan struct{} // closed when the session ended
+	// shared: the one child of shared mode (see shared.go).
+	shared bool
+	ended  chan struct{} // closed when the session ended
 }
 
 type sessionState int
@@ -61,10 +63,14 @@ const (
 
 // call is one client request in flight.
 type call struct {
-	raw   json.RawMessage // the id as the client sent it
-	id    string          // canonical
-	token string          // canonical progress token, "" without one
-	q     *queue
+	raw json.RawMessage // the id as the client sent it
+	id  string          // canonical (in shared mode: of taskgate's id)
+	// view and origToken: in shared mode, the call's session and the
+	// progressToken the client sent.
+	view      *view
+	origToken json.RawMessage
+	token     string // canonical progress token, "" without one
+	q         *queue
 }
 
 // errDuplicateID is returned for a request whose id is already in flight.
@@ -114,6 +120,9 @@ func (s *session) endCall(c *call) {
 	drained := s.state == draining && len(s.calls) == 0
 	s.mu.Unlock()
 	c.q.close()
+	if c.view != nil {
+		s.srv.sharedCallDone(c)
+	}
 	if drained {
 		s.end("the client ended the session and its last call finished", "")
 	}
@@ -238,6 +247,11 @@ func (s *session) route(msg []byte) {
 		// Never the content: it may hold a user's data.
 		s.srv.m.dropped.WithLabelValues("invalid").Inc()
 		s.log.Warn().Err(err).Int("bytes", len(msg)).Msg("stdio server wrote a line that is not a JSON-RPC message; dropped")
+		return
+	}
+	if s.shared {
+		s.touch()
+		s.routeShared(m, msg)
 		return
 	}
 	s.mu.Lock()
@@ -384,6 +398,10 @@ func (s *session) end(reason, errMsg string) {
 	}
 	s.get.close()
 	close(s.ended)
+	if s.shared {
+		// Not here: end may run under the shared state's lock (startShared).
+		go s.srv.sharedEnded(s)
+	}
 	if reason != "" {
 		s.log.Info().Str("reason", reason).Msg("stdio session ended")
 	}
