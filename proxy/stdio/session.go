@@ -412,6 +412,13 @@ func (s *session) end(reason, errMsg string) {
 	}()
 }
 
+// isEnded reports whether the session has ended.
+func (s *session) isEnded() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state == ended
+}
+
 // drain ends the session after its last call (a client's DELETE).
 func (s *session) drain() {
 	s.mu.Lock()

@@ -108,7 +108,11 @@ func (s *Server) postShared(rc *fasthttp.RequestCtx, sid []byte, m message) {
 	}
 	c, line, err := s.startSharedCall(child, v, m, body)
 	if err != nil {
-		writeError(rc, fasthttp.StatusBadRequest, m.id, codeInvalidRequest, "taskgate: "+err.Error())
+		status := fasthttp.StatusBadRequest
+		if errors.Is(err, errSessionEnded) {
+			status = fasthttp.StatusNotFound
+		}
+		writeError(rc, status, m.id, codeInvalidRequest, "taskgate: "+err.Error())
 		return
 	}
 	if err := child.send(line); err != nil {
@@ -182,6 +186,9 @@ func (s *Server) initializeShared(rc *fasthttp.RequestCtx, m message, body []byt
 			fmt.Sprintf("taskgate: the shared stdio MCP server has %d sessions, its limit; try again later", maxViews))
 		return
 	}
+	if c := s.sh.child; c != nil && c.isEnded() {
+		s.endViews() // the child ended; its sharedEnded may not have run yet
+	}
 	if s.sh.child == nil {
 		status, msg := s.startShared(m, body)
 		if status != 0 {
@@ -254,7 +261,9 @@ func (s *Server) startShared(m message, body []byte) (int, string) {
 		select {
 		case <-c.q.wake:
 		case <-timer.C:
+			child.mu.Lock()
 			child.initTimedOut = true
+			child.mu.Unlock()
 			child.end("initialize timed out", "")
 			go child.child.kill()
 			return fasthttp.StatusGatewayTimeout, fmt.Sprintf("taskgate: the stdio MCP server did not answer initialize within %s; it was stopped", s.cfg.InitTimeout)
@@ -266,9 +275,14 @@ func (s *Server) startShared(m message, body []byte) (int, string) {
 func (s *Server) sharedEnded(child *session) {
 	s.sh.mu.Lock()
 	defer s.sh.mu.Unlock()
-	if s.sh.child != child {
-		return
+	if s.sh.child == child {
+		s.endViews()
 	}
+}
+
+// endViews ends every session of the shared child and forgets the child;
+// s.sh.mu is held.
+func (s *Server) endViews() {
 	for _, v := range s.sh.views {
 		close(v.ended)
 	}
