@@ -211,6 +211,10 @@ type Store interface {
 	// TakeAnswers removes and returns the task's inbox (FIFO).
 	TakeAnswers(ctx context.Context, owner, id string) ([][]byte, error)
 
+	// Session records (sessions.go): owner binding and lifetime of the
+	// upstream sessions.
+	SessionRecords
+
 	// Ping checks that the store is reachable.
 	Ping(ctx context.Context) error
 }
