@@ -27,7 +27,10 @@ type job struct {
 	req     *fasthttp.Request
 	st      policy.Settings
 	log     zerolog.Logger
-	session string // store key of the client's session ("" without one)
+	session string // the owner's stream group (streamGroup; "" for anonymous callers)
+	// upSession is the store key of the upstream session the call runs on
+	// ("" without one, or when it is not recorded there).
+	upSession string
 
 	pending    atomic.Int32 // relayed requests the client has not answered yet
 	lastStatus time.Time    // last progress-driven statusMessage update (reader goroutine only)
@@ -51,8 +54,8 @@ type job struct {
 }
 
 // newJob makes the job of a created task; start it with h.startJob(j).
-func newJob(t *taskstore.Task, req *fasthttp.Request, st policy.Settings, session string) *job {
-	j := &job{t: t, req: req, st: st, session: session, settled: make(chan struct{})}
+func newJob(t *taskstore.Task, req *fasthttp.Request, st policy.Settings, session, upSession string) *job {
+	j := &job{t: t, req: req, st: st, session: session, upSession: upSession, settled: make(chan struct{})}
 	deadline, deadlineCause := t.CreatedAt.Add(st.Timeout), errTimeout
 	if exp := t.ExpiresAt(); exp.Before(deadline) {
 		deadline, deadlineCause = exp, errExpired
@@ -134,6 +137,7 @@ func (h *Handler) run(j *job) {
 		h.jobs.Delete(t.ID)
 		h.m.runningNow.Add(-1)
 		h.tools.release(t.Tool)
+		h.endSessionTask(j)
 		fasthttp.ReleaseRequest(j.req)
 	}()
 
@@ -236,17 +240,17 @@ func (h *Handler) superviseRun(ctx context.Context, cancel context.CancelCauseFu
 			}
 			defer stop()
 			ch = c
-			h.deliverAnswers(ctx, j)
+			h.deliverAnswers(ctx, j, true)
 			if reread() {
 				return
 			}
 		case <-ch:
-			h.deliverAnswers(ctx, j)
+			h.deliverAnswers(ctx, j, true)
 			if reread() {
 				return
 			}
 		case <-renew.C:
-			h.deliverAnswers(ctx, j) // in case a wake-up was missed
+			h.deliverAnswers(ctx, j, true) // in case a wake-up was missed
 			sctx, c := context.WithTimeout(ctx, h.cfg.StoreTimeout)
 			st, err := h.store.Renew(sctx, t.Owner, t.ID, h.cfg.Lease)
 			c()

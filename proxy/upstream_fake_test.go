@@ -244,6 +244,21 @@ func (u *fakeUpstream) serve(rc *fasthttp.RequestCtx) {
 	}
 }
 
+// gotAnswer reports whether a client's response with the raw id reached
+// the upstream.
+func (u *fakeUpstream) gotAnswer(id string) bool {
+	reqs, _, _ := u.snapshot()
+	for _, r := range reqs {
+		var m struct {
+			ID json.RawMessage `json:"id"`
+		}
+		if r.method == "" && json.Unmarshal([]byte(r.body), &m) == nil && string(m.ID) == id {
+			return true
+		}
+	}
+	return false
+}
+
 func (u *fakeUpstream) lastDropID() string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
