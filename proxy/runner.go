@@ -31,6 +31,10 @@ type job struct {
 	// upSession is the store key of the upstream session the call runs on
 	// ("" without one, or when it is not recorded there).
 	upSession string
+	// hdr is a copy of req's headers made before the call starts, for the
+	// messages sent beside it (answers, cancels, the session's end): req
+	// itself belongs to the goroutine writing the call.
+	hdr fasthttp.RequestHeader
 
 	pending    atomic.Int32 // relayed requests the client has not answered yet
 	lastStatus time.Time    // last progress-driven statusMessage update (reader goroutine only)
@@ -145,6 +149,7 @@ func (h *Handler) run(j *job) {
 	defer j.cancelDL()
 	defer cancel(nil)
 
+	j.req.Header.CopyTo(&j.hdr)
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
@@ -692,7 +697,7 @@ func (h *Handler) postUpstream(j *job, body []byte) {
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	j.req.Header.CopyTo(&req.Header)
+	j.hdr.CopyTo(&req.Header)
 	req.Header.ResetConnectionClose()
 	req.SetBody(body)
 	err := h.hc.DoTimeout(req, resp, 10*time.Second)

@@ -290,7 +290,7 @@ func (h *Handler) endSessionTask(j *job) {
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	j.req.Header.CopyTo(&req.Header)
+	j.hdr.CopyTo(&req.Header)
 	req.Header.SetMethod(fasthttp.MethodDelete)
 	req.Header.ResetConnectionClose()
 	req.Header.Del(fasthttp.HeaderContentType)
