@@ -22,15 +22,16 @@ import (
 //
 //   - an open tasks/result SSE stream of the task (preferred, T-64; it marks
 //     itself in the store so the runner wakes only it),
-//   - else the owner's GET stream of the session (woken through the
-//     session channel),
+//   - else a GET stream of any session of the task's owner (woken through
+//     the store's channel of the owner's stream group, streamGroup),
 //   - else the message waits in the bounded queue until one opens.
 //
 // The client's answer to a relayed request is POSTed like any JSON-RPC
-// response; taskgate recognises it by the pending request id recorded in
-// the store and hands it to the runner's inbox, whichever replica runs the
-// call; the runner posts it upstream. When no request is pending the task
-// returns to working (T-65).
+// response, on any session of the owner; taskgate recognises it by the
+// question id it gave the request (questionID), recorded as pending for
+// the owner in the store, and hands it to the runner's inbox, whichever
+// replica runs the call; the runner posts it upstream under the upstream's
+// own id. When no request is pending the task returns to working (T-65).
 
 const (
 	methodProgress        = "notifications/progress"
