@@ -174,7 +174,7 @@ type Handler struct {
 	bgPool   connPool // connections for background calls
 	passPool connPool // connections for pass-through (relay)
 	limiter  *rateLimiter
-	macs     sync.Pool // keyed HMAC states (keyedHash)
+	macs     sync.Pool // *macState: keyed HMAC states (keyedHash)
 	// relayBufs holds *[]byte buffers for reading buffered answers.
 	relayBufs sync.Pool
 	endWait   time.Duration // relay's wait for the end of an SSE answer (endWait; tests change it)

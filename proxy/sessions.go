@@ -178,7 +178,11 @@ func (h *Handler) credMatches(hdr *fasthttp.RequestHeader, cred string) bool {
 	if len(a) == 0 {
 		return cred == credNone
 	}
-	return len(cred) > 1 && cred[0] == 'a' && h.keyedHash("authorization", a) == cred[1:]
+	if len(cred) < 2 || cred[0] != 'a' {
+		return false
+	}
+	sum := h.keyedHashHex("authorization", a)
+	return string(sum[:]) == cred[1:]
 }
 
 // loadBinding reads the session's record and caches it; a binding of this
