@@ -145,6 +145,9 @@ func checkBound(t *testing.T, who identity) (*Handler, *fasthttp.RequestCtx) {
 // The owner check of a request on a session this replica knows costs no
 // allocation and no store round trip (it sits on the pass-through path).
 func TestSessionCheckAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation budget of a sync.Pool path: checked without -race (CI runs the Allocs tests so)")
+	}
 	h, rc := checkBound(t, alice)
 	sid := []byte("sess-a")
 	var info reqInfo
