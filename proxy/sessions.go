@@ -229,6 +229,13 @@ func (h *Handler) deleteSession(rc *fasthttp.RequestCtx, info *reqInfo) bool {
 	if len(sid) == 0 || h.native.Load() {
 		return false
 	}
+	if len(rc.Request.Header.Peek(fasthttp.HeaderAuthorization)) == 0 {
+		// Without Authorization the session owns its tasks: nobody can
+		// read them once it ended, so they are cancelled, not kept.
+		owner, _ := h.owner(&rc.Request.Header)
+		h.cancelOwnerTasks(owner, msgSessionEnded)
+		return false
+	}
 	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
 	deferred, err := h.store.CloseSession(ctx, h.sessionKey(sid))
 	cancel()
@@ -254,6 +261,42 @@ func (h *Handler) deleteSession(rc *fasthttp.RequestCtx, info *reqInfo) bool {
 		Msg("session ended by the client; it stays open upstream until its running tasks end")
 	rc.SetStatusCode(fasthttp.StatusNoContent)
 	return true
+}
+
+// msgSessionEnded is the statusMessage of a task cancelled because the
+// session that owned it ended.
+const msgSessionEnded = "cancelled: the client ended the MCP session that owned this task " +
+	"(without an Authorization header a task belongs to its session)"
+
+// cancelOwnerTasks cancels owner's unfinished tasks (and aborts those
+// running here). Failures are logged: the session's end fails them anyway.
+func (h *Handler) cancelOwnerTasks(owner, msg string) {
+	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
+	defer cancel()
+	for cursor := ""; ; {
+		tasks, next, err := h.store.List(ctx, owner, cursor, taskstore.MaxListLimit)
+		if err != nil {
+			h.log.Warn().Err(err).Msg("listing the ended session's tasks failed; their calls end with the session")
+			return
+		}
+		for i := range tasks {
+			if tasks[i].Status.Terminal() {
+				continue
+			}
+			if _, err := h.store.Cancel(ctx, owner, tasks[i].ID, msg); err != nil {
+				continue // finished meanwhile, or the store failed: the session's end settles it
+			}
+			if v, ok := h.jobs.Load(tasks[i].ID); ok {
+				v.(*job).cancel(errCancelledByClient)
+			}
+			h.m.tasks.WithLabelValues("cancelled").Inc()
+			h.log.Info().Str(logTaskID, tasks[i].ID).Str(logOwner, owner).Msg("task cancelled: its session ended")
+		}
+		if next == "" {
+			return
+		}
+		cursor = next
+	}
 }
 
 // startSessionTask records j's call on its upstream session, so that the

@@ -158,3 +158,20 @@ func TestSessionCheckAllocs(t *testing.T) {
 		t.Errorf("sessionAllowed allocates %v times per request, want 0", n)
 	}
 }
+
+// Without Authorization a session owns its tasks: its DELETE is forwarded
+// and cancels them (nobody could read them afterwards).
+func TestDeleteOfAnonymousSessionCancelsItsTasks(t *testing.T) {
+	e := newTaskEnv(t, "", Config{})
+	anon := identity{"Mcp-Session-Id": "sess-anon"}
+	task := e.createTask(anon, "block", `{}`, `{}`)
+	if st := e.httpDo(anon, fasthttp.MethodDelete); st != fasthttp.StatusNoContent {
+		t.Fatalf("DELETE: HTTP %d, want the upstream's 204", st)
+	}
+	if deletes(e.up) != 1 {
+		t.Errorf("the DELETE of a session without Authorization was not forwarded")
+	}
+	if got, _ := e.get(anon, task.TaskID); got.Status != "cancelled" || got.StatusMessage != msgSessionEnded {
+		t.Errorf("task of the ended session: %+v, want cancelled with %q", got, msgSessionEnded)
+	}
+}
