@@ -392,7 +392,13 @@ func upstreamIDOf(id []byte) ([]byte, bool) {
 		return nil, false
 	}
 	up, err := base64.RawURLEncoding.DecodeString(enc)
-	if err != nil || len(up) == 0 || !validID(up) {
+	if err != nil || len(up) == 0 {
+		return nil, false
+	}
+	// One whole JSON value that is a valid id, or the answer would not be
+	// JSON any more.
+	sc := scanner{b: up}
+	if raw, err := sc.value(); err != nil || len(raw) != len(up) || !validID(up) {
 		return nil, false
 	}
 	return up, true

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bytes"
+	"encoding/base64"
 	"fmt"
 	"strings"
 	"testing"
@@ -175,3 +176,34 @@ func TestDeleteOfAnonymousSessionCancelsItsTasks(t *testing.T) {
 		t.Errorf("task of the ended session: %+v, want cancelled with %q", got, msgSessionEnded)
 	}
 }
+
+// Question ids carry the upstream's id and give it back; anything else is
+// left alone.
+func TestQuestionIDRoundTrip(t *testing.T) {
+	for _, up := range []string{`"srv-e1"`, `7`, `"with \"quotes\" and ünïcode"`, `-3`} {
+		qid, err := questionID([]byte(up))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.HasPrefix(qid, []byte(`"`+questionIDPrefix)) {
+			t.Errorf("questionID(%s) = %s, want the prefix", up, qid)
+		}
+		msg := []byte(`{"jsonrpc":"2.0","id":` + string(qid) + `,"result":{}}`)
+		if got, want := string(toUpstreamAnswer(msg)), `{"jsonrpc":"2.0","id":`+up+`,"result":{}}`; got != want {
+			t.Errorf("toUpstreamAnswer(%s) = %s, want %s", msg, got, want)
+		}
+	}
+	bad := base64URL(`"unterminated`)
+	for _, msg := range []string{
+		`{"jsonrpc":"2.0","id":"client-1","result":{}}`,
+		`{"jsonrpc":"2.0","id":1,"result":{}}`,
+		`{"jsonrpc":"2.0","id":"` + questionIDPrefix + `00.` + bad + `","result":{}}`,
+		`{"jsonrpc":"2.0","id":"` + questionIDPrefix + `nodot","result":{}}`,
+	} {
+		if got := string(toUpstreamAnswer([]byte(msg))); got != msg {
+			t.Errorf("toUpstreamAnswer(%s) = %s, want it unchanged", msg, got)
+		}
+	}
+}
+
+func base64URL(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
