@@ -470,7 +470,7 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 		return // a foreign or ended session: 404, never forwarded
 	}
 	if !rc.IsPost() {
-		if rc.IsDelete() && h.deleteSession(rc, &info) {
+		if rc.IsDelete() && h.tasksActive(&rc.Request.Header) && h.deleteSession(rc, &info) {
 			return // the session's tasks still run: it ends upstream after them
 		}
 		if rc.IsGet() && !h.native.Load() {

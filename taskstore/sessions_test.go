@@ -193,3 +193,44 @@ func testPendingTask(t *testing.T, b *backend) {
 		t.Errorf("PendingTask after the answer = %v, want ErrNotFound", err)
 	}
 }
+
+// BenchmarkSessionTask: the two session-record round trips a task call on
+// a session adds (StartSessionTask at creation, EndSessionTask at its end),
+// with 8 other calls running on the session.
+func BenchmarkSessionTask(b *testing.B) {
+	benchBackends(b, func(b *testing.B, s *Redis) {
+		ctx := testCtx(b)
+		until := time.Now().Add(time.Hour)
+		for _, id := range []string{"o1", "o2", "o3", "o4", "o5", "o6", "o7", "o8"} {
+			if err := s.StartSessionTask(ctx, sessA, id, until); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := s.StartSessionTask(ctx, sessA, "t1", until); err != nil {
+				b.Fatal(err)
+			}
+			if _, err := s.EndSessionTask(ctx, sessA, "t1"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkSessionLookup: a replica's first look at a session it has not
+// seen (the owner check reads the record once, then caches it).
+func BenchmarkSessionLookup(b *testing.B) {
+	benchBackends(b, func(b *testing.B, s *Redis) {
+		ctx := testCtx(b)
+		if err := s.BindSession(ctx, sessA, "cred", time.Hour); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := s.Session(ctx, sessA); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
