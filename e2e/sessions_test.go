@@ -265,3 +265,34 @@ func TestSessionsAcrossReplicas(t *testing.T) {
 		return direct.ping() == http.StatusNotFound
 	})
 }
+
+// A server that asks on its standalone GET stream (an mcp-go server here,
+// like fastmcp ones): while the task is the only call on the session, its
+// question reaches the client with related-task _meta, the task is
+// input_required, and the answer completes it.
+func TestGetStreamQuestionTiedToTask(t *testing.T) {
+	t.Parallel()
+	peer := startServer(t, "mcpgo-peer", mcpgoPeerBin, "--no-tasks", "--stateful")
+	gw := startTaskgate(t, peer.URL)
+	c := newRawClient(t, gw.URL)
+	c.header.Set("Authorization", "Bearer get-stream-token")
+	c.initializeWith(elicitCaps)
+	g := openStream(t, c, http.MethodGet, nil)
+	tk := c.createTask("ask_get", map[string]any{"question": "Via GET?"}, nil)
+	q := nextQuestion(t, g, 10*time.Second)
+	checkElicitation(t, q, tk.TaskID, "Via GET?")
+	if g := c.getTask(tk.TaskID); g.Status != "input_required" {
+		t.Errorf("task while its GET-stream question is open: %s %q, want input_required", g.Status, g.StatusMessage)
+	}
+	if r := c.postRaw(elicitAnswer(q.ID, tk.TaskID, "yes")); r.Status != http.StatusAccepted {
+		t.Fatalf("answer: HTTP %d %q, want 202", r.Status, r.Body)
+	}
+	if g := c.waitTerminal(tk.TaskID, 15*time.Second); g.Status != "completed" {
+		t.Fatalf("task after the answer: %s %q, want completed", g.Status, g.StatusMessage)
+	}
+	var res toolResult
+	c.result("tasks/result", map[string]any{"taskId": tk.TaskID}, &res)
+	if res.text() != "you said: yes" {
+		t.Errorf("result %q, want \"you said: yes\"", res.text())
+	}
+}
