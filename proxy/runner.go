@@ -134,7 +134,6 @@ type callResult struct {
 // is dropped, T-59).
 func (h *Handler) run(j *job) {
 	t := j.t
-	j.log = h.log.With().Str(logTaskID, t.ID).Str(logTool, t.Tool).Logger()
 	h.m.runningNow.Add(1)
 	defer func() {
 		j.settle()

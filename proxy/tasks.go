@@ -166,7 +166,7 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 	h.log.Info().Str(logTaskID, id).Str(logOwner, owner).Str(logTool, tool).
 		Dur("ttl", t.TTL).Msg("task created")
 	j := newJob(t, req, st, group, upSess)
-	j.log = h.log.With().Str(logTaskID, t.ID).Str(logTool, t.Tool).Logger()
+	j.log = h.log.With().Str(logTaskID, t.ID).Str(logTool, t.Tool).Logger() // the runner logs with it too
 	h.startSessionTask(h.root, j)
 	h.jobs.Store(t.ID, j)
 	h.startJob(j)
