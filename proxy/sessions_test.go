@@ -2,13 +2,17 @@ package proxy
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
+
+	"github.com/taskgate/taskgate/taskstore"
 )
 
 // A question the upstream sends on its standalone GET stream while exactly
@@ -207,3 +211,31 @@ func TestQuestionIDRoundTrip(t *testing.T) {
 }
 
 func base64URL(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
+
+// BenchmarkSessionCheck: the owner check of a request on a session this
+// replica knows (one keyed hash of the Authorization header, a map read).
+func BenchmarkSessionCheck(b *testing.B) {
+	store, closeStore, err := taskstore.NewEmbedded(taskstore.Config{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(closeStore)
+	h, err := New(Config{Upstream: "http://127.0.0.1:1/mcp"}, nil, store, zerolog.Nop(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = h.Close(context.Background()) })
+	h.bindSession("sess-a", h.credential(requestHeader(alice)))
+	var rc fasthttp.RequestCtx
+	for k, v := range alice {
+		rc.Request.Header.Set(k, v)
+	}
+	sid := []byte("sess-a")
+	var info reqInfo
+	b.ReportAllocs()
+	for b.Loop() {
+		if !h.sessionAllowed(&rc, &info, sid) {
+			b.Fatal("refused")
+		}
+	}
+}
