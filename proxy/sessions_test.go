@@ -239,3 +239,19 @@ func BenchmarkSessionCheck(b *testing.B) {
 		}
 	}
 }
+
+// An answer to a question id that is no longer pending (answered before,
+// its task ended) or was never issued is accepted and dropped: it never
+// reaches the upstream, which did not issue that id.
+func TestStaleAnswerDropped(t *testing.T) {
+	e := newTaskEnv(t, "", Config{})
+	qid, _ := questionID([]byte(`"srv-x"`))
+	before := len(requestsOf(e.up))
+	r := e.send(alice, `{"jsonrpc":"2.0","id":`+string(qid)+`,"result":{"action":"accept","content":{}}}`, "")
+	if r.httpStatus != fasthttp.StatusAccepted {
+		t.Errorf("stale answer: HTTP %d %s, want 202", r.httpStatus, r.raw)
+	}
+	if n := len(requestsOf(e.up)); n != before {
+		t.Errorf("the stale answer reached the upstream")
+	}
+}

@@ -194,29 +194,37 @@ func progressText(params []byte) string {
 }
 
 // clientAnswer routes a client's JSON-RPC response to the runner of the
-// task whose upstream asked (through the store, so any replica works).
-// It reports false when the response answers no pending task request;
-// the caller then passes it through.
+// task whose upstream asked (through the store, so any replica works). It
+// reports false when the response's id is not a question id (the caller
+// then passes it through); answers to question ids never reach the
+// upstream directly.
 func (h *Handler) clientAnswer(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) bool {
 	if !bytes.HasPrefix(env.id, []byte(`"`+questionIDPrefix)) {
 		return false // not an id taskgate gave a question: the upstream's business
 	}
 	owner, _ := h.owner(&rc.Request.Header)
 	group := streamGroup(owner)
-	if group == "" {
-		return false
+	taskID, err := "", taskstore.ErrNotFound
+	if group != "" {
+		ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
+		taskID, err = h.store.Answer(ctx, owner, group, canonicalID(env.id), append([]byte(nil), rc.PostBody()...))
+		cancel()
 	}
-	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
-	defer cancel()
-	taskID, err := h.store.Answer(ctx, owner, group, canonicalID(env.id), append([]byte(nil), rc.PostBody()...))
-	if err != nil {
-		if !errors.Is(err, taskstore.ErrNotFound) {
-			h.log.Warn().Err(err).Msg("routing a client answer through the store failed; passing it through")
-		}
-		return false
+	switch {
+	case errors.Is(err, taskstore.ErrNotFound):
+		// Answered before (the first answer wins), its task ended, or not
+		// this owner's: the upstream never issued this id, so the answer
+		// is dropped here.
+		info.outcome = "answer_ignored"
+		rc.SetStatusCode(fasthttp.StatusAccepted)
+	case err != nil:
+		h.log.Warn().Err(err).Msg("routing a client answer through the store failed")
+		info.outcome = "store_unavailable"
+		h.httpRPCError(rc, fasthttp.StatusServiceUnavailable, nil, codeInternalError, msgStoreUnavailable)
+	default:
+		info.outcome, info.taskID = "answer_routed", taskID
+		rc.SetStatusCode(fasthttp.StatusAccepted)
 	}
-	info.outcome, info.taskID = "answer_routed", taskID
-	rc.SetStatusCode(fasthttp.StatusAccepted)
 	return true
 }
 
