@@ -89,6 +89,12 @@ type Config struct {
 	// certificates, ServerName. Default: the system's roots, the URL's host
 	// as ServerName, TLS 1.2 or newer. Unused for an http upstream.
 	UpstreamTLS *tls.Config
+	// Dial, when set, opens every connection to the upstream instead of a
+	// TCP dial of Upstream's host: pass-through, rewritten answers, task
+	// calls, messages to the upstream and PingUpstream all use it. A stdio
+	// upstream (package proxy/stdio) is reached this way, in process.
+	// Upstream must still be an http URL (its path is the MCP endpoint).
+	Dial func(ctx context.Context) (net.Conn, error)
 	// NetIO makes upstream connections plain net.Conns instead of
 	// sysconn.Conns (direct system calls, see package sysconn). Default
 	// false: direct calls, which cost less CPU per request.
@@ -177,11 +183,12 @@ type Handler struct {
 	w26 *modernWire
 
 	versions versionCache
+	bindings bindingCache // session id -> owner binding (sessions.go)
 	tools    toolLimiter
 	bgPool   connPool // connections for background calls
 	passPool connPool // connections for pass-through (relay)
 	limiter  *rateLimiter
-	macs     sync.Pool // keyed HMAC states (keyedHash)
+	macs     sync.Pool // *macState: keyed HMAC states (keyedHash)
 	// relayBufs holds *[]byte buffers for reading buffered answers.
 	relayBufs sync.Pool
 	endWait   time.Duration // relay's wait for the end of an SSE answer (endWait; tests change it)
@@ -264,7 +271,11 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 		}
 	}
 	h.versions.init(8192)
+	h.bindings.max = 8192
 	h.dialTCP = h.dialSocket
+	if cfg.Dial != nil {
+		h.dialTCP = cfg.Dial
+	}
 	h.bgPool = connPool{max: 256, maxIdle: cfg.UpstreamIdleConn}
 	h.passPool = connPool{max: 1024, maxIdle: cfg.UpstreamIdleConn}
 	h.relayBufs.New = func() any { b := make([]byte, 16<<10); return &b }
@@ -474,7 +485,13 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 		h.pass(rc, &info, nil)
 		return
 	}
+	if sid := rc.Request.Header.Peek(headerSessionID); len(sid) > 0 && !h.sessionAllowed(rc, &info, sid) {
+		return // a foreign or ended session: 404, never forwarded
+	}
 	if !rc.IsPost() {
+		if rc.IsDelete() && h.tasksActive(&rc.Request.Header) && h.deleteSession(rc, &info) {
+			return // the session's tasks still run: it ends upstream after them
+		}
 		if rc.IsGet() && !h.native.Load() {
 			if taskID, rpcID, ok := parseResultEventID(string(rc.Request.Header.Peek(headerLastEventID))); ok {
 				info.method, info.taskID = methodTasksResult, taskID
@@ -666,7 +683,7 @@ func (h *Handler) ErrorHandler(rc *fasthttp.RequestCtx, err error) {
 // PingUpstream checks that the upstream accepts TCP connections and, when
 // it is https, completes a TLS handshake that taskgate trusts.
 func (h *Handler) PingUpstream(ctx context.Context) error {
-	c, err := h.dialer.DialContext(ctx, "tcp", h.upAddr)
+	c, err := h.dialTCP(ctx)
 	if err != nil {
 		return err
 	}
@@ -677,6 +694,10 @@ func (h *Handler) PingUpstream(ctx context.Context) error {
 	}
 	return c.Close()
 }
+
+// SessionLabel is what taskgate's logs show instead of the session id sid
+// (a keyed hash), for components that log sessions too.
+func (h *Handler) SessionLabel(sid []byte) string { return h.hashShort(sid) }
 
 // upstreamIDPrefix starts the JSON-RPC ids of taskgate's own upstream
 // requests, followed by 128 random bits (P-07, E-45).
