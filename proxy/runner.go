@@ -34,7 +34,7 @@ type job struct {
 	// hdr is a copy of req's headers made before the call starts, for the
 	// messages sent beside it (answers, cancels, the session's end): req
 	// itself belongs to the goroutine writing the call.
-	hdr fasthttp.RequestHeader
+	hdr    fasthttp.RequestHeader
 	modern *modernJob // set for tasks created on the 2026-07-28 wire
 
 	pending    atomic.Int32 // relayed requests the client has not answered yet
