@@ -61,8 +61,10 @@ type Config struct {
 	// KeepAlive is the interval of SSE comments on long tasks/result waits.
 	// Default 15s.
 	KeepAlive time.Duration
-	// Lease is the runner's lease on a task; a task whose runner stops
-	// renewing is failed by another replica after it. Default 15s.
+	// Lease bounds how long a task whose runner died (a killed process)
+	// stays working: another process sharing the store fails it at most
+	// Lease after the runner's last renewal (leaseTTL, leaseSkew,
+	// leaseCheck). Default 15s.
 	Lease time.Duration
 	// MaxTasksPerOwner caps an owner's unfinished tasks. Default 100; <0 = none.
 	MaxTasksPerOwner int
@@ -309,11 +311,26 @@ func (h *Handler) Close(ctx context.Context) error {
 	return nil
 }
 
+// Lease timing, all derived from Config.Lease (L). A runner renews its
+// task's lease every leaseRenew (L/5), each time to leaseTTL (L/2) ahead.
+// Every process checks every leaseCheck (L/4) and fails a task whose lease
+// ended more than leaseSkew (L/4, the allowance for clock differences
+// between hosts) ago. A runner that dies right after a renewal leaves a
+// lease ending L/2 later; the first check more than L/4 after that comes
+// at most L/4 later still: the task fails at most L after the last
+// renewal, so at most L after the death (and at least 0.55 L after it). A
+// live runner loses its task only when none of its renewals reached the
+// store for 3L/4 (11.25 s by default: three attempts of StoreTimeout).
+func leaseRenew(l time.Duration) time.Duration { return l / 5 }
+func leaseTTL(l time.Duration) time.Duration   { return l / 2 }
+func leaseSkew(l time.Duration) time.Duration  { return l / 4 }
+func leaseCheck(l time.Duration) time.Duration { return l / 4 }
+
 // recoverLoop fails tasks whose runner (in any process sharing the store)
-// stopped renewing its lease, at start and every half lease period.
+// stopped renewing its lease, at start and every leaseCheck.
 func (h *Handler) recoverLoop() {
 	defer h.bg.Done()
-	t := time.NewTicker(h.cfg.Lease / 2)
+	t := time.NewTicker(leaseCheck(h.cfg.Lease))
 	defer t.Stop()
 	for {
 		func() {
@@ -324,7 +341,7 @@ func (h *Handler) recoverLoop() {
 			}()
 			ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
 			defer cancel()
-			lost, err := h.store.Recover(ctx, h.cfg.Lease, msgLeaseLost)
+			lost, err := h.store.Recover(ctx, leaseSkew(h.cfg.Lease), msgLeaseLost)
 			if err != nil && h.root.Err() == nil {
 				h.log.Warn().Err(err).Msg("lease recovery failed")
 			}

@@ -208,7 +208,7 @@ func (h *Handler) superviseRun(ctx context.Context, cancel context.CancelCauseFu
 	var ch <-chan struct{}
 	subscribe := time.NewTimer(watchDelay)
 	defer subscribe.Stop()
-	renew := time.NewTicker(h.cfg.Lease / 3)
+	renew := time.NewTicker(leaseRenew(h.cfg.Lease))
 	defer renew.Stop()
 	reread := func() bool {
 		sctx, c := context.WithTimeout(ctx, h.cfg.StoreTimeout)
@@ -248,7 +248,7 @@ func (h *Handler) superviseRun(ctx context.Context, cancel context.CancelCauseFu
 		case <-renew.C:
 			h.deliverAnswers(ctx, j) // in case a wake-up was missed
 			sctx, c := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-			st, err := h.store.Renew(sctx, t.Owner, t.ID, h.cfg.Lease)
+			st, err := h.store.Renew(sctx, t.Owner, t.ID, leaseTTL(h.cfg.Lease))
 			c()
 			if check(st, err) {
 				return

@@ -141,7 +141,7 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 	req.SetBody(body)
 
 	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
-	err = h.store.Create(ctx, t, taskstore.CreateOptions{MaxPerOwner: max(h.cfg.MaxTasksPerOwner, 0), Lease: h.cfg.Lease})
+	err = h.store.Create(ctx, t, taskstore.CreateOptions{MaxPerOwner: max(h.cfg.MaxTasksPerOwner, 0), Lease: leaseTTL(h.cfg.Lease)})
 	cancel()
 	if err != nil {
 		h.tools.release(tool)

@@ -103,7 +103,7 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.streamLifetime, "stream-max-lifetime", time.Hour, "maximum lifetime of one proxied SSE stream")
 	fs.DurationVar(&o.upstreamIdleConn, "upstream-idle-conn", 3*time.Second, "close idle upstream keep-alive connections after this (keep below the upstream's idle limit)")
 	fs.DurationVar(&o.keepAlive, "keepalive", 15*time.Second, "interval of SSE keep-alive comments on tasks/result waits")
-	fs.DurationVar(&o.lease, "lease", 15*time.Second, "task lease: a task whose runner stops renewing is failed by another replica after this")
+	fs.DurationVar(&o.lease, "lease", 15*time.Second, "task lease: a task whose runner died is failed by another replica within this (renewed every lease/5)")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long running task calls may finish before they are cancelled and failed")
 	fs.DurationVar(&o.storeTimeout, "store-timeout", 3*time.Second, "bound on each task store operation")
 	fs.Usage = func() {
