@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -8,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -619,6 +621,8 @@ const (
 	logTaskID     = "task_id"
 	logTool       = "tool"
 	logOwner      = "owner"
+	logErrorKind  = "error_kind"
+	logPeer       = "peer"
 )
 
 const (
@@ -650,21 +654,65 @@ func (h *Handler) rpcResult(rc *fasthttp.RequestCtx, id, result []byte) {
 
 // ErrorHandler answers errors fasthttp finds before the handler runs (body
 // too large, malformed HTTP) with a JSON-RPC error. Set it as
-// fasthttp.Server.ErrorHandler.
+// fasthttp.Server.ErrorHandler. The log line names the kind of error and
+// the peer, never the error's text: fasthttp puts the raw request buffer
+// (tokens, bodies) into it.
 func (h *Handler) ErrorHandler(rc *fasthttp.RequestCtx, err error) {
-	status, code, msg := fasthttp.StatusBadRequest, codeInvalidRequest, "taskgate: malformed HTTP request"
-	var tooLarge bool
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		tooLarge = true
-	}
-	if tooLarge {
-		status = fasthttp.StatusRequestEntityTooLarge
+	kind, status := requestErrorKind(err)
+	msg := "taskgate: malformed HTTP request (" + kind + ")"
+	switch status {
+	case fasthttp.StatusRequestEntityTooLarge:
 		msg = fmt.Sprintf("taskgate: request body exceeds the limit of %d bytes", h.cfg.MaxBodySize)
+	case fasthttp.StatusRequestHeaderFieldsTooLarge:
+		msg = "taskgate: request header too large"
+	case fasthttp.StatusRequestTimeout:
+		msg = "taskgate: request not received in time"
 	}
-	h.m.requests.WithLabelValues("", map[bool]string{true: "too_large", false: "malformed"}[tooLarge]).Inc()
-	h.log.Warn().Int(logStatus, status).Err(err).Msg("request refused")
-	h.httpRPCError(rc, status, nil, code, msg)
+	outcome := "malformed"
+	if kind == kindBodyTooLarge {
+		outcome = "too_large"
+	}
+	h.m.requests.WithLabelValues("", outcome).Inc()
+	h.log.Warn().Int(logStatus, status).Str(logErrorKind, kind).Str(logPeer, rc.RemoteAddr().String()).Msg("request refused")
+	h.httpRPCError(rc, status, nil, codeInvalidRequest, msg)
 	rc.SetConnectionClose()
+	if kind == kindBodyTooLarge {
+		h.answerBeforeClose(rc)
+	}
+}
+
+// Draining an oversized body after its 413: at most drainMax bytes, for at
+// most drainFor.
+const (
+	drainMax = 64 << 20
+	drainFor = 2 * time.Second
+)
+
+// answerBeforeClose sends the answer in rc.Response now, ends the
+// connection's write side and reads what the client still sends of its
+// body before fasthttp closes the connection. fasthttp refuses an
+// oversized body without reading it; closing a socket with unread data
+// makes the kernel send a reset, which discards the answer from the
+// client's receive buffer before the client (still busy sending) reads
+// it. fasthttp's own write of the answer, after this, fails on the closed
+// write side and is dropped. Without a way to end the write side (a test
+// pipe), nothing happens here.
+func (h *Handler) answerBeforeClose(rc *fasthttp.RequestCtx) {
+	c := rc.Conn()
+	cw, ok := c.(interface{ CloseWrite() error })
+	if !ok {
+		return
+	}
+	bw := bufio.NewWriterSize(c, 512)
+	if rc.Response.Write(bw) != nil || bw.Flush() != nil || cw.CloseWrite() != nil {
+		return
+	}
+	n := int64(drainMax)
+	if cl := rc.Request.Header.ContentLength(); cl >= 0 {
+		n = min(n, int64(cl))
+	}
+	_ = c.SetReadDeadline(time.Now().Add(drainFor))
+	_, _ = io.CopyN(io.Discard, c, n)
 }
 
 // PingUpstream checks that the upstream accepts TCP connections and, when

@@ -322,7 +322,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		ReadTimeout:           time.Minute, // reading one request; never the response (STYLE pitfall 5)
 		IdleTimeout:           2 * time.Minute,
 		CloseOnShutdown:       true,
-		Logger:                fasthttpLogger{log},
+		Logger:                proxy.ServerLogger(log),
+		// fasthttp's errors about malformed requests then carry no request
+		// bytes; the handler logs only their kind (ErrorHandler).
+		SecureErrorLogMessage: true,
 	}
 	var admin *http.Server
 	if o.adminListen != "" {
@@ -447,11 +450,4 @@ func adminMux(reg *prometheus.Registry, store taskstore.Store, h *proxy.Handler,
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return mux
-}
-
-// fasthttpLogger routes fasthttp's own messages to zerolog.
-type fasthttpLogger struct{ l zerolog.Logger }
-
-func (f fasthttpLogger) Printf(format string, args ...any) {
-	f.l.Warn().Str("component", "fasthttp").Msg(fmt.Sprintf(format, args...))
 }

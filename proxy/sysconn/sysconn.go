@@ -374,3 +374,18 @@ func (l Listener) Accept() (net.Conn, error) {
 	}
 	return Wrap(c), nil
 }
+
+// CloseWrite sends a write still held, then shuts down the writing side
+// of the connection (the peer reads the end of the stream).
+func (s *Conn) CloseWrite() error {
+	s.heldMu.Lock()
+	err := s.sendHeld()
+	s.heldMu.Unlock()
+	if err != nil {
+		return err
+	}
+	if cw, ok := s.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
+}
