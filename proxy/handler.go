@@ -564,6 +564,10 @@ func (h *Handler) intercepts(method string) bool {
 	return false
 }
 
+// outcomeClientGone is the outcome of a request whose client closed the
+// connection before the answer ended.
+const outcomeClientGone = "client_gone"
+
 // reqInfo collects what the request log line and metrics report.
 type reqInfo struct {
 	method  string

@@ -9,6 +9,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
@@ -267,12 +268,19 @@ func (h *Handler) getStream(rc *fasthttp.RequestCtx, info *reqInfo) {
 	info.outcome = "stream"
 	rc.Response.ImmediateHeaderFlush = true
 	sess := h.sessionKey(sid)
+	conn := rc.Conn()
 	h.wg.Add(1)
 	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer h.wg.Done()
 		defer done()
 		defer cancel()
-		h.mergeStream(w, upstream, abort, owner, sess)
+		// A client that closes the stream is seen at once (not at the
+		// next keep-alive write): the upstream stream is closed with it,
+		// so the upstream sends its messages on a POST stream instead.
+		sctx, scancel := context.WithCancel(h.root)
+		defer scancel()
+		defer sysconn.WatchClose(conn, func() { scancel(); abort() })()
+		h.mergeStream(sctx, w, upstream, abort, owner, sess)
 	})
 }
 
@@ -280,8 +288,8 @@ func (h *Handler) getStream(rc *fasthttp.RequestCtx, info *reqInfo) {
 // it. It reads upstream in a goroutine; on return it aborts the upstream
 // connection and waits for that goroutine, so the caller may release the
 // response afterwards.
-func (h *Handler) mergeStream(w *bufio.Writer, upstream io.Reader, abort func(), owner, sess string) {
-	ctx, cancel := context.WithCancel(h.root)
+func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.Reader, abort func(), owner, sess string) {
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	wctx, wcancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
 	events, stop, err := h.store.WatchSession(wctx, owner, sess)

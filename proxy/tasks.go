@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/taskgate/taskgate/policy"
+	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
@@ -436,7 +438,18 @@ func acceptsSSE(hdr *fasthttp.RequestHeader) bool {
 func (h *Handler) awaitResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, owner, taskID string, sse bool) {
 	if !sse {
 		var buf []byte
-		t, out, err := h.waitTerminal(h.root, owner, taskID, nil, nil)
+		// A client that leaves ends the wait at once.
+		ctx, cancel := context.WithCancel(h.root)
+		var left atomic.Bool
+		unwatch := sysconn.WatchClose(rc.Conn(), func() { left.Store(true); cancel() })
+		t, out, err := h.waitTerminal(ctx, owner, taskID, nil, nil)
+		unwatch()
+		cancel()
+		if left.Load() {
+			info.outcome = outcomeClientGone
+			rc.SetConnectionClose()
+			return
+		}
 		if err != nil {
 			h.storeError(rc, info, id, err)
 			return
@@ -477,11 +490,15 @@ func (h *Handler) streamResult(rc *fasthttp.RequestCtx, id []byte, owner, taskID
 	rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
 	rc.Response.ImmediateHeaderFlush = true
 	evID := resultEventID(taskID, id)
+	conn := rc.Conn()
 	h.wg.Add(1)
 	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer h.wg.Done()
 		ctx, cancel := context.WithCancel(h.root)
 		defer cancel()
+		// A client that leaves ends the wait at once, and with it the
+		// stream's claim to deliver the task's messages (SetListening).
+		defer sysconn.WatchClose(conn, cancel)()
 		// Priming event (H-07): an id and empty data; retry tells the
 		// client how soon to resume when the connection drops.
 		fmt.Fprintf(w, "id: %s\nretry: %d\ndata: \n\n", evID, resumeRetryMs)

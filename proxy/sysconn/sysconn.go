@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package sysconn wraps TCP connections so that their reads and writes are
 // direct system calls on the non-blocking socket.
 //
@@ -18,6 +20,11 @@
 // only a call that can proceed skips the protocol. Socket calls on a
 // non-blocking descriptor never sleep in the kernel; a write is split into
 // pieces of at most maxWrite bytes so that none holds its processor long.
+//
+// The direct calls are built on Linux only. Elsewhere Wrap returns the
+// connection unchanged (Conn's methods exist but are never reached) and
+// WatchClose does nothing: taskgate builds and works there with the
+// runtime's usual calls.
 package sysconn
 
 import (
