@@ -188,6 +188,10 @@ type Handler struct {
 	// storeDownUntil (unix ns) skips session-version lookups for a moment
 	// after one failed, so pass-through does not wait on a dead store.
 	storeDownUntil atomic.Int64
+	// warned holds the sessions already warned about a task call without
+	// MCP-Protocol-Version (warnedOnce).
+	warnedMu sync.Mutex
+	warned   map[string]struct{}
 
 	runq    chan *job     // idle runner goroutines receive jobs here (startJob)
 	closing chan struct{} // closed when Close starts: idle runners exit
@@ -470,6 +474,23 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 		}
 	}()
 
+	if rc.IsConnect() {
+		// A tunnel is not an MCP request; forwarding it would make the
+		// upstream answer a method it never serves (RFC 9110 §9.3.6).
+		info.outcome = "method_not_allowed"
+		rc.Response.Header.Set(fasthttp.HeaderAllow, "GET, POST, DELETE")
+		h.httpRPCError(rc, fasthttp.StatusMethodNotAllowed, nil, codeInvalidRequest, "taskgate: CONNECT is not supported")
+		return
+	}
+	if name := ambiguousHeader(&rc.Request.Header); name != "" {
+		// Two credentials or two session ids: which one taskgate would
+		// use (the first) and which one the upstream would use may
+		// differ, so the request is refused rather than guessed at.
+		info.outcome = "ambiguous_header"
+		h.httpRPCError(rc, fasthttp.StatusBadRequest, nil, codeInvalidRequest, "taskgate: more than one "+name+" header")
+		rc.SetConnectionClose()
+		return
+	}
 	if h.origins != nil {
 		if o := rc.Request.Header.Peek(fasthttp.HeaderOrigin); len(o) > 0 && !h.origins[string(o)] {
 			info.outcome = "origin_denied"
@@ -512,7 +533,7 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 	if env.batch != nil {
 		info.method = "batch"
 		for i := range env.batch {
-			if h.intercepts(env.batch[i].method) {
+			if m := env.batch[i].method; h.intercepts(m) && (m == methodInitialize || h.tasksActive(&rc.Request.Header)) {
 				info.outcome = "batch_refused"
 				h.httpRPCError(rc, fasthttp.StatusBadRequest, nil, codeInvalidRequest,
 					fmt.Sprintf("taskgate: %s cannot be sent in a batch", env.batch[i].method))
@@ -542,6 +563,12 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 	case methodToolsCall:
 		h.toolsCall(rc, &info, &env)
 	case methodTasksGet, methodTasksResult, methodTasksList, methodTasksCancel:
+		if !h.tasksActive(&rc.Request.Header) {
+			// A session not at 2025-11-25 has no tasks from taskgate: the
+			// upstream answers as if taskgate were not there (T-11).
+			h.pass(rc, &info, env.id)
+			return
+		}
 		if !env.isRequest() {
 			info.outcome = "invalid"
 			h.httpRPCError(rc, fasthttp.StatusBadRequest, nil, codeInvalidRequest, "taskgate: "+env.method+" must be a request with an id")
@@ -551,6 +578,17 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 	default:
 		h.pass(rc, &info, env.id)
 	}
+}
+
+// ambiguousHeader returns the name of a header that identifies the caller
+// or its session and appears more than once, or "".
+func ambiguousHeader(hdr *fasthttp.RequestHeader) string {
+	for _, name := range [...]string{fasthttp.HeaderAuthorization, headerSessionID} {
+		if len(hdr.PeekAll(name)) > 1 {
+			return name
+		}
+	}
+	return ""
 }
 
 // intercepts reports whether the proxy handles method itself (and so

@@ -34,6 +34,9 @@ const (
 // calls into tasks; plain calls of allowed tools pass through.
 func (h *Handler) toolsCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) {
 	if env.id == nil || !h.tasksActive(&rc.Request.Header) {
+		if env.id != nil && len(rc.Request.Header.Peek(headerProtocolVersion)) == 0 {
+			h.noVersionTaskCall(rc, info, env)
+		}
 		h.pass(rc, info, env.id)
 		return
 	}
@@ -74,6 +77,54 @@ func (h *Handler) toolsCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		return
 	}
 	h.createTask(rc, info, env, name, st, task)
+}
+
+// noVersionTaskCall handles a task-augmented tools/call without the
+// MCP-Protocol-Version header. Such a request is at 2025-03-26, which has
+// no tasks, so it is served as a plain call: the upstream runs it and the
+// client gets its result in the answer (a valid answer to a task request
+// the receiver does not serve as a task). Since the client evidently
+// wanted a task, taskgate says why it did not make one: a warning once per
+// session (or per owner without one), and the outcome
+// "task_without_version" on taskgate_requests_total.
+func (h *Handler) noVersionTaskCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) {
+	if env.params == nil {
+		return
+	}
+	vals, err := members(env.params, "task")
+	if err != nil || vals[0] == nil || string(vals[0]) == "null" {
+		return
+	}
+	info.outcome = "task_without_version"
+	key := rc.Request.Header.Peek(headerSessionID)
+	if len(key) == 0 {
+		key = rc.Request.Header.Peek(fasthttp.HeaderAuthorization)
+	}
+	id := h.hashShort(key)
+	if !h.warnedOnce(id) {
+		return
+	}
+	h.log.Warn().Str(logSession, id).
+		Msg("task-augmented tools/call without the MCP-Protocol-Version header: served as a plain call, no task " +
+			"(a request without the header is at 2025-03-26, which has no tasks); the client must send MCP-Protocol-Version: 2025-11-25")
+}
+
+// maxWarned bounds the sessions remembered by warnedOnce; beyond it the
+// memory is cleared and warnings may repeat.
+const maxWarned = 4096
+
+// warnedOnce reports whether key is seen for the first time.
+func (h *Handler) warnedOnce(key string) bool {
+	h.warnedMu.Lock()
+	defer h.warnedMu.Unlock()
+	if h.warned == nil || len(h.warned) >= maxWarned {
+		h.warned = make(map[string]struct{})
+	}
+	if _, ok := h.warned[key]; ok {
+		return false
+	}
+	h.warned[key] = struct{}{}
+	return true
 }
 
 // createTask stores a new working task, starts its runner and answers with
