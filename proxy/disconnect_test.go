@@ -165,16 +165,16 @@ func TestClientDisconnectEndsResultWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	body := fmt.Sprintf(`{"jsonrpc":"2.0","id":7,"method":"tasks/result","params":{"taskId":%q}}`, task.TaskID)
-	req := "POST /mcp HTTP/1.1\r\nHost: gw\r\nAccept: application/json\r\nContent-Type: application/json\r\n"
+	req := "POST /mcp HTTP/1.1\r\nHost: gw\r\nAccept: application/json\r\nContent-Type: application/json\r\nMcp-Protocol-Version: 2025-11-25\r\n"
 	for k, v := range alice {
 		req += k + ": " + v + "\r\n"
 	}
 	req += fmt.Sprintf("Content-Length: %d\r\n\r\n%s", len(body), body)
-	before := testutil.ToFloat64(e.h.m.inflight)
+	before := testutil.ToFloat64(e.h.m.waiters)
 	if _, err := io.WriteString(c, req); err != nil {
 		t.Fatal(err)
 	}
-	pollUntil(t, 5*time.Second, func() bool { return testutil.ToFloat64(e.h.m.inflight) == before+1 }, "the tasks/result wait")
+	pollUntil(t, 5*time.Second, func() bool { return testutil.ToFloat64(e.h.m.waiters) == before+1 }, "the tasks/result wait")
 	c.Close()
-	pollUntil(t, 5*time.Second, func() bool { return testutil.ToFloat64(e.h.m.inflight) == before }, "the wait to end after the client left")
+	pollUntil(t, 5*time.Second, func() bool { return testutil.ToFloat64(e.h.m.waiters) == before }, "the wait to end after the client left")
 }

@@ -352,7 +352,8 @@ func (h *Handler) recoverLoop() {
 				h.log.Warn().Err(err).Msg("lease recovery failed")
 			}
 			for _, t := range lost {
-				h.m.tasks.WithLabelValues("lost").Inc()
+				h.taskEvent("lost", t.Tool)
+				h.m.taskDur.WithLabelValues(h.toolLabel(t.Tool), "lost").Observe(time.Since(t.CreatedAt).Seconds())
 				h.log.Warn().Str(logTaskID, t.ID).Str(logOwner, t.Owner).Str("runner", t.Runner).
 					Msg("task failed: its runner stopped renewing the lease")
 			}
@@ -464,7 +465,12 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 	var info reqInfo
 	defer func() {
 		h.m.inflight.Dec()
-		h.finishLog(rc, &info, start)
+		rec := h.record(rc, &info, start)
+		if info.stream != nil {
+			info.stream.handlerDone(rec) // logged when the stream ends
+		} else {
+			h.logRequest(&rec, time.Since(start))
+		}
 		// A whole answer: fasthttp writes it and then reads the next
 		// request (or closes); the read sends it (sysconn.WriteLater).
 		if !rc.Response.IsBodyStream() && !rc.Response.ImmediateHeaderFlush {
@@ -611,21 +617,98 @@ type reqInfo struct {
 	method  string
 	outcome string
 	taskID  string
+	// stream is set when the answer streams on after the handler
+	// returns (beginStream): the request is logged and counted when the
+	// stream ends, with the stream's outcome and whole duration.
+	stream *streamEnd
 }
 
-func (h *Handler) finishLog(rc *fasthttp.RequestCtx, info *reqInfo, start time.Time) {
-	status := rc.Response.StatusCode()
-	if info.outcome == "" {
-		switch {
-		case status >= 500:
-			info.outcome = "upstream_error"
-		case status >= 400:
-			info.outcome = "http_error"
-		default:
-			info.outcome = "ok"
+// reqRecord is what the request log line reports, copied out of the
+// RequestCtx when the handler returns.
+type reqRecord struct {
+	id         uint64
+	httpMethod string
+	status     int
+	method     string
+	outcome    string
+	session    string // hashed
+	taskID     string
+	start      time.Time
+	ttfb       time.Duration // for streams: until the handler returned
+}
+
+func (h *Handler) record(rc *fasthttp.RequestCtx, info *reqInfo, start time.Time) reqRecord {
+	r := reqRecord{id: rc.ID(), status: rc.Response.StatusCode(), method: info.method, outcome: info.outcome,
+		taskID: info.taskID, start: start}
+	if h.log.GetLevel() <= zerolog.WarnLevel {
+		r.httpMethod = string(rc.Method())
+		if sid := rc.Request.Header.Peek(headerSessionID); len(sid) > 0 {
+			r.session = h.hashShort(sid)
 		}
 	}
-	h.m.requests.WithLabelValues(metricMethod(info.method), info.outcome).Inc()
+	return r
+}
+
+// streamEnd logs and counts a streamed request once both its handler
+// returned (handlerDone: the record) and its stream ended (end: the
+// outcome), in whichever order they come (fasthttp may run a stream
+// writer before the handler returns).
+type streamEnd struct {
+	h        *Handler
+	rec      reqRecord
+	outcome  string
+	arrivals atomic.Int32
+}
+
+// beginStream marks info's answer as a stream logged at its end; the
+// stream must call end exactly once.
+func (h *Handler) beginStream(info *reqInfo) *streamEnd {
+	h.m.openStreams.Inc()
+	se := &streamEnd{h: h}
+	info.stream = se
+	return se
+}
+
+func (se *streamEnd) handlerDone(rec reqRecord) {
+	se.rec = rec
+	se.rec.ttfb = time.Since(rec.start)
+	se.arrive()
+}
+
+// end records how the stream ended: "" keeps the request's outcome (from
+// the handler, or its HTTP status), or an outcome such as
+// outcomeClientGone or "rpc_error".
+func (se *streamEnd) end(outcome string) {
+	se.outcome = outcome
+	se.arrive()
+}
+
+func (se *streamEnd) arrive() {
+	if se.arrivals.Add(1) != 2 {
+		return
+	}
+	se.h.m.openStreams.Dec()
+	if se.outcome != "" {
+		se.rec.outcome = se.outcome
+	}
+	se.h.logRequest(&se.rec, time.Since(se.rec.start))
+}
+
+// logRequest counts the request and writes its log line.
+func (h *Handler) logRequest(r *reqRecord, dur time.Duration) {
+	status := r.status
+	if r.outcome == "" {
+		switch {
+		case status >= 500:
+			r.outcome = "upstream_error"
+		case status >= 400:
+			r.outcome = "http_error"
+		default:
+			r.outcome = "ok"
+		}
+	}
+	h.m.requests.WithLabelValues(metricMethod(r.method), r.outcome).Inc()
+	h.m.requestDur.WithLabelValues(metricMethod(r.method)).Observe(dur.Seconds())
 	lvl := zerolog.InfoLevel
 	if status >= 500 {
 		lvl = zerolog.WarnLevel
@@ -634,22 +717,28 @@ func (h *Handler) finishLog(rc *fasthttp.RequestCtx, info *reqInfo, start time.T
 	if !e.Enabled() {
 		return
 	}
-	e = e.Uint64(logReqID, rc.ID()).
-		Str(logHTTPMethod, string(rc.Method())).
+	e = e.Uint64(logReqID, r.id).
+		Str(logHTTPMethod, r.httpMethod).
 		Int(logStatus, status).
-		Str(logOutcome, info.outcome).
-		Dur(logDuration, time.Since(start))
-	if info.method != "" {
-		e = e.Str(logRPCMethod, info.method)
+		Str(logOutcome, r.outcome).
+		Float64(logDuration, ms(dur))
+	if r.ttfb > 0 {
+		e = e.Float64(logTTFB, ms(r.ttfb))
 	}
-	if sid := rc.Request.Header.Peek(headerSessionID); len(sid) > 0 {
-		e = e.Str(logSession, h.hashShort(sid))
+	if r.method != "" {
+		e = e.Str(logRPCMethod, r.method)
 	}
-	if info.taskID != "" {
-		e = e.Str(logTaskID, info.taskID)
+	if r.session != "" {
+		e = e.Str(logSession, r.session)
+	}
+	if r.taskID != "" {
+		e = e.Str(logTaskID, r.taskID)
 	}
 	e.Msg("request")
 }
+
+// ms is d in milliseconds with microsecond precision.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // Log field names (each used once per line: zerolog keeps duplicates).
 const (
@@ -657,7 +746,8 @@ const (
 	logHTTPMethod = "http_method"
 	logStatus     = "status"
 	logOutcome    = "outcome"
-	logDuration   = "dur"
+	logDuration   = "dur_ms"  // until the answer ended (streams: its last byte)
+	logTTFB       = "ttfb_ms" // streams: until the answer's headers were ready
 	logRPCMethod  = "rpc_method"
 	logSession    = "session"
 	logTaskID     = "task_id"

@@ -31,7 +31,7 @@ import (
 //
 // A request is never replayed (STYLE pitfall 13): an error after the
 // request may have reached the upstream is returned to the caller.
-func (h *Handler) relay(rc *fasthttp.RequestCtx) error {
+func (h *Handler) relay(rc *fasthttp.RequestCtx, info *reqInfo) error {
 	req := &rc.Request
 	c := h.passPool.get()
 	if c == nil {
@@ -81,6 +81,7 @@ func (h *Handler) relay(rc *fasthttp.RequestCtx) error {
 		// write: closing the upstream connection then tells the upstream
 		// too, which stops sending into a stream nobody reads.
 		r.unwatch = sysconn.WatchClose(rc.Conn(), r.clientGone)
+		r.se = h.beginStream(info)
 		rc.Response.SetBodyStream(r, resp.Header.ContentLength())
 		return nil
 	}
@@ -223,6 +224,8 @@ type relayed struct {
 	unwatch func()
 	// left is set when the client closed its connection mid-answer.
 	left atomic.Bool
+	// se logs and counts the request when a streamed answer ends.
+	se *streamEnd
 }
 
 // clientGone runs on the watch's goroutine when the client left a streamed
@@ -256,6 +259,17 @@ func (r *relayed) release() {
 	}
 	_ = r.resp.CloseBodyStream()
 	fasthttp.ReleaseResponse(r.resp)
+	if r.se != nil {
+		switch {
+		case r.left.Load():
+			r.se.end(outcomeClientGone)
+		case !r.eof:
+			r.se.end("stream_cut") // upstream closed, idle or lifetime limit, client write failed
+		default:
+			r.se.end("")
+		}
+		r.se = nil
+	}
 	if r.eof && r.reusable && r.c.br.Buffered() == 0 && !r.left.Load() {
 		r.h.passPool.put(r.c)
 	} else {

@@ -155,7 +155,9 @@ func (h *Handler) run(j *job) {
 				res = callResult{status: taskstore.Failed, msg: "taskgate internal error while running the call", out: taskstore.Outcome{Kind: taskstore.OutcomeInternal}}
 			}
 		}()
+		callStart := time.Now()
 		res = h.callUpstream(ctx, j)
+		h.m.callDur.WithLabelValues(h.toolLabel(j.t.Tool)).Observe(time.Since(callStart).Seconds())
 	}()
 	cause := context.Cause(ctx)
 	cancel(nil)
@@ -170,7 +172,7 @@ func (h *Handler) run(j *job) {
 	case errors.Is(cause, errExpired):
 		j.settle() // the task is gone from the store
 		h.notifyCancelled(j, "task ttl passed")
-		h.m.tasks.WithLabelValues("expired").Inc()
+		h.taskEvent("expired", j.t.Tool)
 		j.log.Info().Msg("task expired while running; upstream call cancelled")
 		return
 	case errors.Is(cause, errTimeout):
@@ -289,13 +291,14 @@ func (h *Handler) finish(j *job, res callResult) {
 	}
 	switch {
 	case err == nil:
-		h.m.tasks.WithLabelValues(string(res.status)).Inc()
+		h.taskEvent(string(res.status), j.t.Tool)
+		h.m.taskDur.WithLabelValues(h.toolLabel(j.t.Tool), string(res.status)).Observe(time.Since(j.t.CreatedAt).Seconds())
 		j.log.Info().Str("status", string(res.status)).Str("status_message", res.msg).Msg("task finished")
 	case errors.Is(err, taskstore.ErrTerminal):
-		h.m.tasks.WithLabelValues("dropped").Inc()
+		h.taskEvent("dropped", j.t.Tool)
 		j.log.Info().Msg("late upstream outcome dropped: task already terminal")
 	case errors.Is(err, taskstore.ErrNotFound):
-		h.m.tasks.WithLabelValues("dropped").Inc()
+		h.taskEvent("dropped", j.t.Tool)
 		j.log.Info().Msg("upstream outcome dropped: task expired")
 	default:
 		j.log.Error().Err(err).Msg("recording the task outcome failed; lease recovery will fail the task")

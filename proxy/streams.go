@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -269,9 +270,18 @@ func (h *Handler) getStream(rc *fasthttp.RequestCtx, info *reqInfo) {
 	rc.Response.ImmediateHeaderFlush = true
 	sess := h.sessionKey(sid)
 	conn := rc.Conn()
+	se := h.beginStream(info)
 	h.wg.Add(1)
 	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer h.wg.Done()
+		var left atomic.Bool
+		defer func() {
+			if left.Load() {
+				se.end(outcomeClientGone)
+			} else {
+				se.end("")
+			}
+		}()
 		defer done()
 		defer cancel()
 		// A client that closes the stream is seen at once (not at the
@@ -279,7 +289,7 @@ func (h *Handler) getStream(rc *fasthttp.RequestCtx, info *reqInfo) {
 		// so the upstream sends its messages on a POST stream instead.
 		sctx, scancel := context.WithCancel(h.root)
 		defer scancel()
-		defer sysconn.WatchClose(conn, func() { scancel(); abort() })()
+		defer sysconn.WatchClose(conn, func() { left.Store(true); scancel(); abort() })()
 		h.mergeStream(sctx, w, upstream, abort, owner, sess)
 	})
 }
