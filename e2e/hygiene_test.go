@@ -128,3 +128,78 @@ func TestOversizedBody413Readable(t *testing.T) {
 		c.Close()
 	}
 }
+
+// A client that closes its GET stream makes taskgate (the built binary)
+// close its upstream stream at once, as a direct connection would: the
+// upstream stops routing messages into a stream nobody reads. The
+// upstream is a hand-made one that reports when its stream's connection
+// closes; both a plain pass-through stream and the GET stream of a tasks
+// session are tried.
+func TestClientCloseOfGetStreamReachesUpstream(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	closed := make(chan struct{}, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for { // request headers (a GET has no body)
+					l, err := br.ReadString('\n')
+					if err != nil {
+						return
+					}
+					if l == "\r\n" {
+						break
+					}
+				}
+				ev := "data: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/message\",\"params\":{\"level\":\"info\",\"data\":\"hi\"}}\n\n"
+				if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"+
+					strconv.FormatInt(int64(len(ev)), 16)+"\r\n"+ev+"\r\n"); err != nil {
+					return
+				}
+				_ = c.SetReadDeadline(time.Now().Add(60 * time.Second))
+				_, _ = io.Copy(io.Discard, br)
+				closed <- struct{}{}
+			}()
+		}
+	}()
+	g := startTaskgate(t, "http://"+ln.Addr().String()+"/mcp")
+	u, _ := url.Parse(g.URL)
+	for _, version := range []string{"", "Mcp-Protocol-Version: 2025-11-25\r\n"} {
+		c, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := io.WriteString(c, "GET /mcp HTTP/1.1\r\nHost: "+u.Host+"\r\nAccept: text/event-stream\r\nMcp-Session-Id: s1\r\n"+version+"\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(c)
+		for {
+			l, err := br.ReadString('\n')
+			if err != nil {
+				t.Fatalf("reading the GET stream (%q): %v", version, err)
+			}
+			if strings.Contains(l, "notifications/message") {
+				break
+			}
+		}
+		opened := time.Now()
+		c.Close()
+		select {
+		case <-closed:
+			t.Logf("GET stream %q: the upstream saw the client's close after %v", strings.TrimSpace(version), time.Since(opened).Round(time.Millisecond))
+		case <-time.After(5 * time.Second): // far below --keepalive (15 s) and any idle limit
+			t.Errorf("GET stream %q: the upstream stream stayed open after the client closed", strings.TrimSpace(version))
+		}
+	}
+}
