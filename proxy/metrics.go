@@ -25,6 +25,8 @@ type Metrics struct {
 	callDur         *prometheus.HistogramVec
 	rateLimited     prometheus.Counter
 	buildInfo       *prometheus.GaugeVec
+	storeDur        *prometheus.HistogramVec
+	storeErrs       *prometheus.CounterVec
 	running         prometheus.GaugeFunc
 	runningNow      atomic.Int64
 }
@@ -85,6 +87,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "taskgate_build_info",
 			Help: "Always 1; labels name the taskgate version and the Go version that built it.",
 		}, []string{"version", "goversion"}),
+		storeDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "taskgate_store_op_duration_seconds",
+			Help:    "Task store operation latency, by operation (create, get, finish, cancel, outcome, list, renew, recover, enqueue, drain, answer).",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 3},
+		}, []string{"op"}),
+		storeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskgate_store_errors_total",
+			Help: "Task store operations that failed (unreachable, timed out, bad reply; not found and similar answers excluded), by operation.",
+		}, []string{"op"}),
 	}
 	m.running = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "taskgate_tasks_running",
@@ -103,7 +114,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 func (m *Metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.requests, m.requestDur, m.upstreamLatency, m.inflight, m.openStreams, m.waiters,
-		m.tasks, m.taskDur, m.callDur, m.rateLimited, m.buildInfo, m.running}
+		m.tasks, m.taskDur, m.callDur, m.rateLimited, m.buildInfo, m.storeDur, m.storeErrs, m.running}
 }
 
 // toolLabel bounds the tool label: the policy rule's pattern, else "other".

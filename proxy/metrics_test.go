@@ -120,7 +120,8 @@ func TestMetricsHelpMatchesEmitted(t *testing.T) {
 	if checked == 0 {
 		t.Fatal("no labelled series emitted")
 	}
-	for _, name := range []string{"taskgate_build_info", "taskgate_task_duration_seconds", "taskgate_task_upstream_call_seconds", "taskgate_tasks_total"} {
+	for _, name := range []string{"taskgate_build_info", "taskgate_task_duration_seconds", "taskgate_task_upstream_call_seconds",
+		"taskgate_tasks_total", "taskgate_store_op_duration_seconds"} {
 		found := false
 		for _, f := range fams {
 			found = found || f.GetName() == name
