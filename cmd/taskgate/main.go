@@ -137,7 +137,7 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.promoteWindow, "promote-window", 250*time.Millisecond,
 		"MCP 2026-07-28 clients: how long a task-eligible tools/call runs before it becomes a task (sooner: a plain result, or an InputRequiredResult when the upstream asks)")
 	fs.DurationVar(&o.keepAlive, "keepalive", 15*time.Second, "interval of SSE keep-alive comments on tasks/result waits")
-	fs.DurationVar(&o.lease, "lease", 15*time.Second, "task lease: a task whose runner stops renewing is failed by another replica after this")
+	fs.DurationVar(&o.lease, "lease", 15*time.Second, "task lease: a task whose runner died is failed by another replica within this (renewed every lease/5)")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long running task calls may finish before they are cancelled and failed")
 	fs.DurationVar(&o.storeTimeout, "store-timeout", 3*time.Second, "bound on each task store operation")
 	fs.Usage = func() {
@@ -397,7 +397,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		ReadTimeout:           time.Minute, // reading one request; never the response (STYLE pitfall 5)
 		IdleTimeout:           2 * time.Minute,
 		CloseOnShutdown:       true,
-		Logger:                fasthttpLogger{log},
+		Logger:                proxy.ServerLogger(log),
+		// fasthttp's errors about malformed requests then carry no request
+		// bytes; the handler logs only their kind (ErrorHandler).
+		SecureErrorLogMessage: true,
 	}
 	var admin *http.Server
 	if o.adminListen != "" {
@@ -556,11 +559,4 @@ func adminMux(reg *prometheus.Registry, store taskstore.Store, h *proxy.Handler,
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return mux
-}
-
-// fasthttpLogger routes fasthttp's own messages to zerolog.
-type fasthttpLogger struct{ l zerolog.Logger }
-
-func (f fasthttpLogger) Printf(format string, args ...any) {
-	f.l.Warn().Str("component", "fasthttp").Msg(fmt.Sprintf(format, args...))
 }
