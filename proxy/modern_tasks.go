@@ -50,7 +50,7 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 		return
 	}
 	if !h.tools.acquire(tool, st.MaxConcurrent) {
-		h.m.tasks.WithLabelValues("refused").Inc()
+		h.taskEvent("refused", tool)
 		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, fmt.Sprintf(
 			"taskgate: tool %q already runs %d task calls here (policy maxConcurrent); retry later", tool, st.MaxConcurrent)))
 		return
@@ -94,7 +94,7 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 		mj.release()
 		h.tools.release(tool)
 		fasthttp.ReleaseRequest(req)
-		h.m.tasks.WithLabelValues("refused").Inc()
+		h.taskEvent("refused", tool)
 		switch {
 		case errors.Is(err, taskstore.ErrOwnerLimit):
 			h.rpcError(rc, info, env.id, newRPCError(codeInternalError, fmt.Sprintf(
@@ -106,7 +106,7 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 		}
 		return
 	}
-	h.m.tasks.WithLabelValues("created").Inc()
+	h.taskEvent("created", tool)
 	h.log.Info().Str(logTaskID, id).Str(logOwner, owner).Str(logTool, tool).Str("wire", wire2026.ProtocolVersion).
 		Dur("ttl", t.TTL).Msg("task created")
 	j := newJob(t, req, st, "", "")
@@ -381,7 +381,7 @@ func (w *modernWire) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *en
 		h.rpcResult(rc, env.id, []byte(wire2026.Ack))
 	case methodTasksCancel:
 		ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
-		_, err := h.store.Cancel(ctx, owner, taskID, "cancelled by the client")
+		ct, err := h.store.Cancel(ctx, owner, taskID, "cancelled by the client")
 		cancel()
 		switch {
 		case errors.Is(err, taskstore.ErrTerminal):
@@ -394,7 +394,7 @@ func (w *modernWire) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *en
 			if j := h.localJob(owner, taskID); j != nil {
 				j.cancel(errCancelledByClient)
 			}
-			h.m.tasks.WithLabelValues("cancelled").Inc()
+			h.taskEvent("cancelled", ct.Tool)
 			h.log.Info().Str(logTaskID, taskID).Str(logOwner, owner).Msg("task cancelled")
 		}
 		h.rpcResult(rc, env.id, []byte(wire2026.Ack))
