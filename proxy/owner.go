@@ -33,13 +33,33 @@ func (h *Handler) owner(hdr *fasthttp.RequestHeader) (owner string, identified b
 	return ownerAnonymous, false
 }
 
-// keyedHash is HMAC-SHA256(OwnerKey, domain NUL v), the first 16 bytes in
-// hex. The keyed HMAC states are pooled: hmac.New hashes the key into two
-// fresh SHA-256 states on every call, Reset only restores them.
+// ownerKey is the key of keyedHash with its pool of keyed HMAC states:
+// hmac.New hashes the key into two fresh SHA-256 states on every call,
+// Reset only restores them.
+type ownerKey struct {
+	key  []byte
+	macs sync.Pool
+}
+
+// SetOwnerKey replaces the key that turns credentials and session ids into
+// task owners and store keys (Config.OwnerKey), for hashes computed from
+// now on. A caller that learns the key replicas share only after New (from
+// the store) sets it before it lets task operations reach the store. An
+// empty key is ignored. It is safe for concurrent use.
+func (h *Handler) SetOwnerKey(key []byte) {
+	if len(key) == 0 {
+		return
+	}
+	h.okey.Store(&ownerKey{key: append([]byte(nil), key...)})
+}
+
+// keyedHash is HMAC-SHA256(owner key, domain NUL v), the first 16 bytes in
+// hex.
 func (h *Handler) keyedHash(domain string, v []byte) string {
-	mac, _ := h.macs.Get().(hash.Hash)
+	k := h.okey.Load()
+	mac, _ := k.macs.Get().(hash.Hash)
 	if mac == nil {
-		mac = hmac.New(sha256.New, h.cfg.OwnerKey)
+		mac = hmac.New(sha256.New, k.key)
 	}
 	mac.Reset()
 	_, _ = io.WriteString(mac, domain)
@@ -47,7 +67,7 @@ func (h *Handler) keyedHash(domain string, v []byte) string {
 	mac.Write(v)
 	var sum [sha256.Size]byte
 	mac.Sum(sum[:0])
-	h.macs.Put(mac)
+	k.macs.Put(mac)
 	var out [32]byte
 	hex.Encode(out[:], sum[:16])
 	return string(out[:])
@@ -65,7 +85,7 @@ func (h *Handler) hashShort(v []byte) string {
 // session's version comes from memory, so plain pass-through of other
 // sessions never touches the store.
 func (h *Handler) bridgeRequest(rc *fasthttp.RequestCtx, hdr *fasthttp.RequestHeader) {
-	if !h.pol.BridgeProtocolVersion || h.native.Load() {
+	if !h.policy().BridgeProtocolVersion || h.native.Load() {
 		// An upstream with tasks of its own is never bridged (P-01).
 		return
 	}

@@ -125,7 +125,7 @@ func (h *Handler) initialize(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 		sid := string(resp.Header.Peek(headerSessionID))
 		opt := capability.InitOptions{
 			List:   hasAuth || sid != "",
-			Bridge: h.pol.BridgeProtocolVersion && requested == capability.ProtocolVersion,
+			Bridge: h.policy().BridgeProtocolVersion && requested == capability.ProtocolVersion,
 		}
 		return func(msg []byte) []byte {
 			out, ci, err := capability.RewriteInitialize(msg, opt)
@@ -178,7 +178,7 @@ func (h *Handler) toolsList(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 }
 
 func (h *Handler) taskSupport(tool string) string {
-	return string(h.pol.For(tool).TaskSupport)
+	return string(h.policy().For(tool).TaskSupport)
 }
 
 // tasksActive reports whether the request belongs to a session that

@@ -49,7 +49,7 @@ func (h *Handler) toolsCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: tools/call params.name must be a string"))
 		return
 	}
-	st := h.pol.For(name)
+	st := h.policy().For(name)
 	task := vals[1]
 	if task == nil || string(task) == "null" {
 		if st.TaskSupport == policy.Required {

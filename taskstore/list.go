@@ -101,7 +101,7 @@ func (s *Redis) openCursor(owner, c string) (score int64, id string, ok bool) {
 // cursorMAC is HMAC-SHA256(key, len(owner) | owner | score | id)[:16]; the
 // length prefix keeps owner and id from sliding into each other.
 func (s *Redis) cursorMAC(owner string, score int64, id string) []byte {
-	m := hmac.New(sha256.New, s.mac)
+	m := hmac.New(sha256.New, *s.mac.Load())
 	var buf [binary.MaxVarintLen64 + 8]byte
 	n := binary.PutUvarint(buf[:], uint64(len(owner)))
 	m.Write(buf[:n])

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -74,7 +75,7 @@ type Redis struct {
 	reads *readBatcher // batches the HMGETs of Get and Outcome
 	k     keys
 	now   func() time.Time
-	mac   []byte // cursor HMAC key
+	mac   atomic.Pointer[[]byte] // cursor HMAC key (SetCursorKey)
 	sTTL  time.Duration
 	hub   hub
 
@@ -115,7 +116,8 @@ func NewRedis(rdb redis.UniversalClient, cfg Config) (*Redis, error) {
 		return nil, errors.New("taskstore: NewRedis: CursorKey shorter than 16 bytes")
 	}
 	_, cluster := rdb.(*redis.ClusterClient)
-	s := &Redis{rdb: rdb, fused: !cluster, k: keys{prefix: cfg.Prefix}, now: cfg.Now, mac: mac, sTTL: cfg.SessionTTL}
+	s := &Redis{rdb: rdb, fused: !cluster, k: keys{prefix: cfg.Prefix}, now: cfg.Now, sTTL: cfg.SessionTTL}
+	s.mac.Store(&mac)
 	s.reads = newReadBatcher(rdb)
 	s.hub.rdb = rdb
 	return s, nil
