@@ -295,7 +295,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 	lw := newLogWriter(stderr, 8192)
 	defer lw.Close()
 	log := newLogger(o, lw, isTerminal(stderr))
-	redis.SetLogger(redisLogger{log.With().Logger()})
+	// go-redis repeats its complaints on every dial while Redis is down;
+	// the store probe reports the outage itself, so a few lines a minute
+	// are enough.
+	redis.SetLogger(redisLogger{log.Sample(&zerolog.BurstSampler{Burst: 5, Period: time.Minute})})
 	if n := procsFor(o, os.Getenv); n > 0 {
 		runtime.GOMAXPROCS(n)
 	}
