@@ -254,11 +254,12 @@ func TestRedisMisconfigurationReported(t *testing.T) {
 
 // The README's Pod example: the official Go SDK's DNS-rebinding check
 // answers 403 to a Host that is not localhost, such as the Service name
-// clients use; --rewrite-host (as in the example) makes taskgate send the
-// upstream's own host. The example's flags are used as written, except for
-// free ports.
+// clients use; the example's taskgate flags (read from the README, with
+// this test's addresses, policy file and Redis in place of the example's)
+// must make initialize work in front of the go-sdk demo on loopback.
 func TestPodExampleFlags(t *testing.T) {
 	t.Parallel()
+	flags := podExampleFlags(t)
 	redisURL := "redis://" + redistest.Start(t)
 	up := startLegacy(t) // loopback, Host checked
 	pol := writePolicy(t, "defaults:\n  taskSupport: optional\n")
@@ -278,15 +279,53 @@ func TestPodExampleFlags(t *testing.T) {
 	}
 	without := startTaskgate(t, up.URL, "--redis", redisURL)
 	if st, _ := initialize(without); st != http.StatusForbidden {
-		t.Errorf("without --rewrite-host the go-sdk upstream answered %d; want its DNS-rebinding 403 (what the example's --rewrite-host avoids)", st)
+		t.Errorf("without --rewrite-host the go-sdk upstream answered %d; want its DNS-rebinding 403 (what the example must avoid)", st)
 	}
-	gw := startTaskgate(t, up.URL, "--rewrite-host", "--config="+pol, "--redis="+redisURL)
+	args := []string{"--redis", redisURL}
+	for _, f := range flags {
+		name, _, _ := strings.Cut(f, "=")
+		switch name {
+		case "--listen", "--admin-listen", "--upstream": // startTaskgate's own
+		case "--config":
+			args = append(args, "--config="+pol)
+		default:
+			args = append(args, f)
+		}
+	}
+	gw := startTaskgate(t, up.URL, args...)
 	if st, body := initialize(gw); st != http.StatusOK || !strings.Contains(body, `"tasks"`) {
-		t.Errorf("initialize with a Service Host through the Pod example's flags: HTTP %d %q; want 200 with capabilities.tasks", st, body)
+		t.Errorf("initialize with a Service Host through the Pod example's flags %q: HTTP %d %q; want 200 with capabilities.tasks", flags, st, body)
 	}
 	if st := httpStatus(gw.Admin + "/readyz"); st != http.StatusOK {
 		t.Errorf("readinessProbe /readyz: %d", st)
 	}
+}
+
+// podExampleFlags returns the taskgate container's args in the README's
+// Pod example.
+func podExampleFlags(t *testing.T) []string {
+	t.Helper()
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "    - name: taskgate\n")
+	if !ok {
+		t.Fatal("README: no Pod example with a taskgate container")
+	}
+	var flags []string
+	for _, line := range strings.Split(rest, "\n") {
+		line = strings.TrimSpace(line)
+		if f, ok := strings.CutPrefix(line, "- --"); ok {
+			flags = append(flags, "--"+f)
+		} else if strings.HasPrefix(line, "env:") || strings.HasPrefix(line, "ports:") {
+			break
+		}
+	}
+	if len(flags) == 0 {
+		t.Fatal("README: the taskgate container of the Pod example has no args")
+	}
+	return flags
 }
 
 // The container image's settings: TASKGATE_LISTEN and TASKGATE_ADMIN_LISTEN
