@@ -12,7 +12,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -38,9 +37,7 @@ type redisServer struct {
 
 func newRedisServer(t testing.TB, addr string, persist bool) *redisServer {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server not on PATH")
-	}
+	redistest.Need(t, "redis-server")
 	return &redisServer{t: t, addr: addr, dir: t.TempDir(), persist: persist}
 }
 

@@ -227,9 +227,7 @@ func TestSIGHUPReloadsPolicy(t *testing.T) {
 // is flagged at start.
 func TestRedisMisconfigurationReported(t *testing.T) {
 	t.Parallel()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server not on PATH")
-	}
+	redistest.Need(t, "redis-server")
 	addr := freeAddr(t)
 	_, port, _ := net.SplitHostPort(addr)
 	rp := startProc(t, "redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
