@@ -5,6 +5,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // logWriter passes log lines to an underlying writer (stderr) from one
@@ -68,31 +69,54 @@ func (w *logWriter) Write(p []byte) (int, error) {
 // Dropped returns how many lines were dropped since start.
 func (w *logWriter) Dropped() uint64 { return w.dropped.Load() }
 
-// loop writes queued lines, batching what has queued up into one write.
+// flushDelay is how long the writer lets lines gather after the first one
+// before it writes them: one wake-up and one write system call per batch
+// instead of per line. Lines reach the output at most this late.
+const flushDelay = time.Millisecond
+
+// maxBatch bounds the bytes of one write.
+const maxBatch = 64 << 10
+
+// loop writes queued lines in batches: it waits for a line, lets more
+// gather for flushDelay (not listening meanwhile, so writers do not wake
+// it line by line), then writes everything queued.
 func (w *logWriter) loop() {
 	defer close(w.done)
 	var batch []byte
 	for line := range w.queue {
 		batch = append(batch[:0], *line...)
 		w.recycle(line)
-	more:
-		for len(batch) < 64<<10 {
-			select {
-			case line, ok := <-w.queue:
-				if !ok {
-					break more
-				}
-				batch = append(batch, *line...)
-				w.recycle(line)
-			default:
-				break more
+		time.Sleep(flushDelay)
+		for {
+			full := w.drain(&batch)
+			if n := w.unsaid.Swap(0); n > 0 {
+				batch = fmt.Appendf(batch, "{\"level\":\"warn\",\"dropped_lines\":%d,\"message\":\"log output could not keep up: lines dropped\"}\n", n)
+			}
+			_, _ = w.out.Write(batch)
+			batch = batch[:0]
+			if !full {
+				break
 			}
 		}
-		if n := w.unsaid.Swap(0); n > 0 {
-			batch = fmt.Appendf(batch, "{\"level\":\"warn\",\"dropped_lines\":%d,\"message\":\"log output could not keep up: lines dropped\"}\n", n)
-		}
-		_, _ = w.out.Write(batch)
 	}
+}
+
+// drain appends queued lines to batch until none is queued (or the queue
+// is closed) or batch holds maxBatch bytes; it reports the latter.
+func (w *logWriter) drain(batch *[]byte) (full bool) {
+	for len(*batch) < maxBatch {
+		select {
+		case line, ok := <-w.queue:
+			if !ok {
+				return false
+			}
+			*batch = append(*batch, *line...)
+			w.recycle(line)
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 func (w *logWriter) recycle(line *[]byte) {
