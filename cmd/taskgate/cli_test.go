@@ -288,3 +288,16 @@ func (b *blockingWriter) Write(p []byte) (int, error) {
 }
 
 func zerologJSON(b []byte, v any) error { return json.Unmarshal(bytes.TrimSpace(b), v) }
+
+// The dropped-lines notice matches the log format.
+func TestLogWriterDroppedNoticeFormat(t *testing.T) {
+	for _, console := range []bool{false, true} {
+		w := &logWriter{console: console}
+		line := string(w.appendDropped(nil, 3))
+		var v map[string]any
+		isJSON := json.Unmarshal([]byte(line), &v) == nil
+		if isJSON == console || !strings.Contains(line, "3") {
+			t.Errorf("console=%v: notice %q (JSON: %v)", console, line, isJSON)
+		}
+	}
+}

@@ -22,6 +22,7 @@ import (
 // underlying writer, so nothing is lost at shutdown.
 type logWriter struct {
 	out     io.Writer
+	console bool // the lines are zerolog's console format, not JSON
 	queue   chan *[]byte
 	bufs    sync.Pool
 	dropped atomic.Uint64 // total lines dropped
@@ -90,7 +91,7 @@ func (w *logWriter) loop() {
 		for {
 			full := w.drain(&batch)
 			if n := w.unsaid.Swap(0); n > 0 {
-				batch = fmt.Appendf(batch, "{\"level\":\"warn\",\"dropped_lines\":%d,\"message\":\"log output could not keep up: lines dropped\"}\n", n)
+				batch = w.appendDropped(batch, n)
 			}
 			_, _ = w.out.Write(batch)
 			batch = batch[:0]
@@ -99,6 +100,16 @@ func (w *logWriter) loop() {
 			}
 		}
 	}
+}
+
+// appendDropped appends the line that reports n dropped lines, in the
+// format of the others.
+func (w *logWriter) appendDropped(b []byte, n uint64) []byte {
+	if w.console {
+		return fmt.Appendf(b, "%s WRN log output could not keep up: lines dropped dropped_lines=%d\n", time.Now().Format(time.RFC3339), n)
+	}
+	return fmt.Appendf(b, "{\"level\":\"warn\",\"dropped_lines\":%d,\"time\":%q,\"message\":\"log output could not keep up: lines dropped\"}\n",
+		n, time.Now().UTC().Format(time.RFC3339))
 }
 
 // drain appends queued lines to batch until none is queued (or the queue

@@ -293,6 +293,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	lw := newLogWriter(stderr, 8192)
+	lw.console = o.logFormat == "console"
 	defer lw.Close()
 	log := newLogger(o, lw, isTerminal(stderr))
 	// go-redis repeats its complaints on every dial while Redis is down;

@@ -106,6 +106,9 @@ func Need(t testing.TB, name string) string {
 	return p
 }
 
+// ttyPath is where Report also writes (tests clear it).
+var ttyPath = "/dev/tty"
+
 // Report writes one banner naming the tests Need skipped, if any, to w
 // and to the terminal (/dev/tty) when there is one: go test shows a passing
 // package's output only with -v, and a skipped store or end-to-end suite
@@ -124,7 +127,7 @@ func Report(w io.Writer) {
 	}
 	b.WriteString("=======================================================\n")
 	_, _ = io.WriteString(w, b.String())
-	if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
+	if tty, err := os.OpenFile(ttyPath, os.O_WRONLY, 0); ttyPath != "" && err == nil {
 		_, _ = io.WriteString(tty, b.String())
 		tty.Close()
 	}
