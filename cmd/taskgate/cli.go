@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/taskgate/taskgate/taskstore"
@@ -135,4 +137,15 @@ func checkRedisURL(raw string) error {
 		return fmt.Errorf("--redis: %w", err)
 	}
 	return rdb.Close()
+}
+
+// listenExit is the exit status for a failed listen: 1 when the address is
+// in use (a failure of the moment: another process holds it), 2 when the
+// address itself cannot work here (not an address of this machine, a port
+// the user may not bind, a host that does not resolve).
+func listenExit(err error) int {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return 1
+	}
+	return 2
 }

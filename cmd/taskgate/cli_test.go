@@ -57,6 +57,10 @@ func TestCLIErrorsAndExitCodes(t *testing.T) {
 			stderr: "TASKGATE_MAX_BODY_SIZE=\"4MB\": not an integer"},
 		{name: "bool env", args: []string{"--upstream", up}, env: map[string]string{"TASKGATE_REWRITE_HOST": "yes"}, code: 2,
 			stderr: "TASKGATE_REWRITE_HOST=\"yes\": not true or false"},
+		{name: "listen on an address not of this machine", args: []string{"--upstream", up, "--listen", "192.0.2.1:0", "--admin-listen", ""}, code: 2,
+			stderr: "--listen 192.0.2.1:0"},
+		{name: "admin listen on an address not of this machine", args: []string{"--upstream", up, "--listen", "127.0.0.1:0", "--admin-listen", "192.0.2.1:0"}, code: 2,
+			stderr: "--admin-listen 192.0.2.1:0"},
 		{name: "policy file missing", args: []string{"--upstream", up, "--config", "/nonexistent/policy.yaml", "--admin-listen", ""}, code: 2,
 			stderr: "policy.yaml"},
 	} {
@@ -299,5 +303,19 @@ func TestLogWriterDroppedNoticeFormat(t *testing.T) {
 		if isJSON == console || !strings.Contains(line, "3") {
 			t.Errorf("console=%v: notice %q (JSON: %v)", console, line, isJSON)
 		}
+	}
+}
+
+// A port in use is a failure of the moment (exit 1), not a bad value.
+func TestListenInUseExits1(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	var stderr bytes.Buffer
+	if code := run([]string{"--upstream", "http://127.0.0.1:1/mcp", "--listen", l.Addr().String(), "--admin-listen", ""}, io.Discard, &stderr); code != 1 ||
+		!strings.Contains(stderr.String(), "address already in use") {
+		t.Errorf("--listen on a port in use: exit %d, %q; want 1 saying the address is in use", code, stderr.String())
 	}
 }

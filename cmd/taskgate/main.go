@@ -292,6 +292,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "taskgate: %v\n(taskgate --help lists the flags)\n", err)
 		return 2
 	}
+	// From here on everything for stderr goes through lw, in order.
 	lw := newLogWriter(stderr, 8192)
 	lw.console = o.logFormat == "console"
 	defer lw.Close()
@@ -312,13 +313,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	pol := policy.Default()
 	if o.configPath != "" {
 		if pol, err = policy.Load(o.configPath); err != nil {
-			fmt.Fprintf(stderr, "taskgate: %v\n", err)
+			fmt.Fprintf(lw, "taskgate: %v\n", err)
 			return 2
 		}
 	}
 	upTLS, err := upstreamTLS(o.upstreamCA)
 	if err != nil {
-		fmt.Fprintf(stderr, "taskgate: %v\n", err)
+		fmt.Fprintf(lw, "taskgate: %v\n", err)
 		return 2
 	}
 	if pol.RetriesRequested() {
@@ -329,7 +330,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	st, err := openStore(o, log)
 	if err != nil {
-		fmt.Fprintf(stderr, "taskgate: %v\n", err)
+		fmt.Fprintf(lw, "taskgate: %v\n", err)
 		return 1
 	}
 	defer st.close()
@@ -361,7 +362,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		UpstreamTLS:       upTLS,
 	}, pol, st.store, log, proxy.NewMetrics(reg))
 	if err != nil {
-		fmt.Fprintf(stderr, "taskgate: %v\n", err)
+		fmt.Fprintf(lw, "taskgate: %v\n", err)
 		return 2
 	}
 	bgCtx, stopBG := context.WithCancel(context.Background())
@@ -380,8 +381,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
-		fmt.Fprintf(stderr, "taskgate: --listen %s: %v\n", o.listen, err)
-		return 1
+		fmt.Fprintf(lw, "taskgate: --listen %s: %v\n", o.listen, err)
+		return listenExit(err)
 	}
 	if o.directIO {
 		ln = sysconn.Listener{Listener: ln}
@@ -404,8 +405,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		aln, err := net.Listen("tcp", o.adminListen)
 		if err != nil {
 			ln.Close()
-			fmt.Fprintf(stderr, "taskgate: --admin-listen %s: %v\n", o.adminListen, err)
-			return 1
+			fmt.Fprintf(lw, "taskgate: --admin-listen %s: %v\n", o.adminListen, err)
+			return listenExit(err)
 		}
 		admin = &http.Server{Handler: adminMux(reg, st.store, h), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = admin.Serve(aln) }()
