@@ -169,6 +169,7 @@ type Handler struct {
 	nativeOnce sync.Once
 
 	versions versionCache
+	bindings bindingCache // session id -> owner binding (sessions.go)
 	tools    toolLimiter
 	bgPool   connPool // connections for background calls
 	passPool connPool // connections for pass-through (relay)
@@ -269,6 +270,7 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 		}
 	}
 	h.versions.init(8192)
+	h.bindings.max = 8192
 	h.dialTCP = h.dialSocket
 	h.bgPool = connPool{max: 256, maxIdle: cfg.UpstreamIdleConn}
 	h.passPool = connPool{max: 1024, maxIdle: cfg.UpstreamIdleConn}
@@ -477,7 +479,13 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 		h.pass(rc, &info, nil)
 		return
 	}
+	if sid := rc.Request.Header.Peek(headerSessionID); len(sid) > 0 && !h.sessionAllowed(rc, &info, sid) {
+		return // a foreign or ended session: 404, never forwarded
+	}
 	if !rc.IsPost() {
+		if rc.IsDelete() && h.tasksActive(&rc.Request.Header) && h.deleteSession(rc, &info) {
+			return // the session's tasks still run: it ends upstream after them
+		}
 		if rc.IsGet() && !h.native.Load() {
 			if taskID, rpcID, ok := parseResultEventID(string(rc.Request.Header.Peek(headerLastEventID))); ok {
 				info.method, info.taskID = methodTasksResult, taskID
