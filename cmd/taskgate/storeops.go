@@ -23,8 +23,8 @@ const ownerKeyName = "owner-key"
 var errKeyNotLoaded = fmt.Errorf("%w: the owner key shared through Redis is not loaded yet", taskstore.ErrUnavailable)
 
 // keyGate holds back the store operations through which tasks and session
-// records are created or found (Create, Get, Outcome, List, Cancel and the
-// session versions) until the owner key shared by the replicas is known:
+// records are created or found (Create, Get, Outcome, List, Cancel, the
+// session versions and the sessions' owner bindings) until the owner key shared by the replicas is known:
 // an owner hashed with a provisional key would put tasks where the other
 // replicas never look. The other operations act on tasks found through
 // these, and pass through.
@@ -87,6 +87,34 @@ func (g *keyGate) SetSessionVersion(ctx context.Context, session, version string
 		return err
 	}
 	return g.Store.SetSessionVersion(ctx, session, version, ttl)
+}
+
+func (g *keyGate) BindSession(ctx context.Context, session, credential string, ttl time.Duration) error {
+	if err := g.check(); err != nil {
+		return err
+	}
+	return g.Store.BindSession(ctx, session, credential, ttl)
+}
+
+func (g *keyGate) Session(ctx context.Context, session string) (taskstore.SessionRecord, error) {
+	if err := g.check(); err != nil {
+		return taskstore.SessionRecord{}, err
+	}
+	return g.Store.Session(ctx, session)
+}
+
+func (g *keyGate) StartSessionTask(ctx context.Context, session, id string, until time.Time) error {
+	if err := g.check(); err != nil {
+		return err
+	}
+	return g.Store.StartSessionTask(ctx, session, id, until)
+}
+
+func (g *keyGate) CloseSession(ctx context.Context, session string) (bool, error) {
+	if err := g.check(); err != nil {
+		return false, err
+	}
+	return g.Store.CloseSession(ctx, session)
 }
 
 func (g *keyGate) Ping(ctx context.Context) error {

@@ -40,7 +40,13 @@ func TestKeyGate(t *testing.T) {
 		"SetSessionVersion": func() error {
 			return gate.SetSessionVersion(ctx, "s", "2025-06-18", time.Minute)
 		},
-		"Ping": func() error { return gate.Ping(ctx) },
+		"Ping":        func() error { return gate.Ping(ctx) },
+		"BindSession": func() error { return gate.BindSession(ctx, "s", "anone", time.Minute) },
+		"Session":     func() error { _, err := gate.Session(ctx, "s"); return err },
+		"StartSessionTask": func() error {
+			return gate.StartSessionTask(ctx, "s", "x", time.Now().Add(time.Minute))
+		},
+		"CloseSession": func() error { _, err := gate.CloseSession(ctx, "s"); return err },
 	}
 	for name, call := range calls {
 		if err := call(); !errors.Is(err, taskstore.ErrUnavailable) || !errors.Is(err, errKeyNotLoaded) {
