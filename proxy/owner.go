@@ -49,7 +49,18 @@ func (h *Handler) SetOwnerKey(key []byte) {
 	if len(key) == 0 {
 		return
 	}
-	h.okey.Store(&ownerKey{key: append([]byte(nil), key...)})
+	if h.okey.Swap(&ownerKey{key: append([]byte(nil), key...)}) != nil {
+		// Cached session bindings hold credential hashes under the old
+		// key; they are read again from the store.
+		h.bindings.clear()
+	}
+}
+
+// clear forgets every cached binding.
+func (c *bindingCache) clear() {
+	c.mu.Lock()
+	c.cur, c.old = nil, nil
+	c.mu.Unlock()
 }
 
 // keyedHash is HMAC-SHA256(owner key, domain NUL v), the first 16 bytes in

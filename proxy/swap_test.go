@@ -47,6 +47,13 @@ func TestSetOwnerKey(t *testing.T) {
 	if got := tp.h.keyedHash("authorization", []byte("Bearer x")); got != after {
 		t.Error("SetOwnerKey(nil) changed the key")
 	}
+	// A session bound under the old key is not refused under the new one:
+	// the cached binding is dropped and read again.
+	tp.h.bindings.put("sid", binding{cred: "a" + before, checked: time.Now()})
+	tp.h.SetOwnerKey([]byte("0123456789abcdef-third"))
+	if _, ok := tp.h.bindings.get([]byte("sid")); ok {
+		t.Error("a binding cached under the old key survived SetOwnerKey")
+	}
 }
 
 // newBareHandler is a Handler that serves nothing, closed at cleanup.
