@@ -64,7 +64,7 @@ func envValueError(f *flag.Flag, v string, err error) error {
 // with its environment variable and default.
 func printUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "%s: MCP tasks for MCP servers that lack them.\n\n", versionString())
-	fmt.Fprintf(w, "Usage:\n  taskgate --upstream URL [flags]\n  taskgate version | --version\n"+
+	fmt.Fprintf(w, "Usage:\n  taskgate --upstream URL [flags]\n  taskgate --upstream-command 'PROGRAM ARGS...' [flags]\n  taskgate version | --version\n"+
 		"  taskgate healthcheck [--admin-listen ADDR] [--path /healthz|/readyz|/readyz/store]\n\n"+
 		"On SIGHUP taskgate reloads --config (a policy file with an error is refused and the\n"+
 		"previous policy kept); on SIGTERM or SIGINT it shuts down gracefully.\n"+
