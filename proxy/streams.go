@@ -330,7 +330,7 @@ func (h *Handler) mergeStream(w *bufio.Writer, upstream io.Reader, abort func(),
 			return true
 		}
 		for i, m := range msgs {
-			if _, err := w.Write(appendSSE(nil, "", m)); err != nil || w.Flush() != nil {
+			if _, err := w.Write(appendSSE(nil, "", m.Data)); err != nil || w.Flush() != nil {
 				rctx, c := context.WithTimeout(context.Background(), h.cfg.StoreTimeout)
 				_ = h.store.Requeue(rctx, owner, taskID, msgs[i:])
 				c()

@@ -21,6 +21,8 @@ import (
 // the pages (T-55), also when tasks are created while paging: new tasks
 // sort after every existing one.
 func (s *Redis) List(ctx context.Context, owner, cursor string, limit int) ([]Task, string, error) {
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
 	limit = min(max(limit, 1), MaxListLimit)
 	if !validOwner(owner) {
 		if cursor != "" {
@@ -73,8 +75,12 @@ const (
 	maxCursorLen = 512
 )
 
+// cursors seals and opens tasks/list cursors with an HMAC key; every store
+// implementation issues the same format.
+type cursors struct{ mac []byte }
+
 // sealCursor encodes score (8 bytes big endian) | id | MAC.
-func (s *Redis) sealCursor(owner string, score int64, id string) string {
+func (s cursors) sealCursor(owner string, score int64, id string) string {
 	b := make([]byte, 0, 8+len(id)+cursorMACLen)
 	b = binary.BigEndian.AppendUint64(b, uint64(score))
 	b = append(b, id...)
@@ -82,7 +88,7 @@ func (s *Redis) sealCursor(owner string, score int64, id string) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func (s *Redis) openCursor(owner, c string) (score int64, id string, ok bool) {
+func (s cursors) openCursor(owner, c string) (score int64, id string, ok bool) {
 	if len(c) > maxCursorLen {
 		return 0, "", false
 	}
@@ -100,7 +106,7 @@ func (s *Redis) openCursor(owner, c string) (score int64, id string, ok bool) {
 
 // cursorMAC is HMAC-SHA256(key, len(owner) | owner | score | id)[:16]; the
 // length prefix keeps owner and id from sliding into each other.
-func (s *Redis) cursorMAC(owner string, score int64, id string) []byte {
+func (s cursors) cursorMAC(owner string, score int64, id string) []byte {
 	m := hmac.New(sha256.New, s.mac)
 	var buf [binary.MaxVarintLen64 + 8]byte
 	n := binary.PutUvarint(buf[:], uint64(len(owner)))

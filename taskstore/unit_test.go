@@ -178,28 +178,6 @@ func TestOpen(t *testing.T) {
 	}
 }
 
-func TestEmbeddedExpiresInRealTime(t *testing.T) {
-	s, closer, err := NewEmbedded(Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closer()
-	ctx := context.Background()
-	if err := s.SetSessionVersion(ctx, "x", "v", 100*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	// The key itself (not just the store's clock check) must go.
-	waitFor(t, 5*time.Second, func() bool {
-		n, err := s.rdb.Exists(ctx, s.k.session("x")).Result()
-		return err == nil && n == 0
-	})
-	closer()
-	closer() // idempotent
-	if err := s.Ping(ctx); err == nil {
-		t.Errorf("Ping after close = nil, want error")
-	}
-}
-
 func TestKeysDistinct(t *testing.T) {
 	k := keys{prefix: "taskgate"}
 	owner, id, sess := "o", "0123456789abcdef0123456789abcdef", "0123456789abcdef0123456789abcdef"
@@ -275,27 +253,6 @@ func TestParseSessionEvent(t *testing.T) {
 	}
 }
 
-func TestClassify(t *testing.T) {
-	tests := []struct {
-		msg  string
-		want MessageKind
-	}{
-		{`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}`, KindProgress},
-		{`{"jsonrpc":"2.0","method":"notifications/message","params":{}}`, KindNotification},
-		{`{"jsonrpc":"2.0","id":1,"method":"elicitation/create","params":{}}`, KindRequest},
-		{`{"jsonrpc":"2.0","id":"x","method":"notifications/progress"}`, KindRequest}, // has an id
-		{`{"jsonrpc":"2.0","id":null,"method":"roots/list"}`, KindRequest},
-		{`not json`, KindRequest},
-		{`{}`, KindRequest},
-		{``, KindRequest},
-	}
-	for _, tt := range tests {
-		if got := classify([]byte(tt.msg)); got != tt.want {
-			t.Errorf("classify(%q) = %c, want %c", tt.msg, got, tt.want)
-		}
-	}
-}
-
 // Open's clients dial connections go-redis cannot peek at (no per-command
 // health-check system call); a pooled connection the server closed is then
 // found by the next command, which go-redis retries on a new connection.
@@ -348,7 +305,7 @@ func TestReadBatching(t *testing.T) {
 	for name, b := range map[string]func(testing.TB) *backend{"miniredis": miniBackend, "redis-server": redisServer(t)} {
 		t.Run(name, func(t *testing.T) {
 			be := b(t)
-			s := be.open(t, Config{})
+			s := be.open(t, Config{}).(*Redis)
 			ctx := testCtx(t)
 			tasks := make([]*Task, 32)
 			for i := range tasks {
