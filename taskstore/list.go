@@ -38,7 +38,7 @@ func (s *Redis) List(ctx context.Context, owner, cursor string, limit int) ([]Ta
 		}
 		start, after = strconv.FormatInt(score, 10), id
 	}
-	vals, err := listCmd.Run(ctx, s.rdb, []string{s.k.index(owner)},
+	vals, err := s.run(ctx, listCmd, []string{s.k.index(owner)},
 		s.k.taskPrefix(owner), start, after, limit, s.nowMS()).Slice()
 	if err != nil {
 		return nil, "", wrapErr("list", "", err)

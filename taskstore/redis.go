@@ -358,7 +358,7 @@ func (s *Redis) Update(ctx context.Context, owner, id string, st Status, msg str
 	if !validOwner(owner) || !validID(id) {
 		return nil, ErrNotFound
 	}
-	cmd := updateCmd.Run(ctx, s.rdb, []string{s.k.task(owner, id)},
+	cmd := s.run(ctx, updateCmd, []string{s.k.task(owner, id)},
 		string(st), msg, s.nowMS(), s.k.events(owner, id), s.k.sessEventsPrefix(owner), id, s.k.sessListeners(owner))
 	return s.taskReply("update", owner, id, cmd)
 }
@@ -620,6 +620,29 @@ func (s *Redis) Ping(ctx context.Context) error {
 	return nil
 }
 
+// run runs script (EVALSHA) in a batch with the other commands waiting at
+// the same moment (readBatcher). A script missing from the server's cache
+// (restart, failover, new Cluster node) fails with NOSCRIPT without
+// running; it is then sent alone with EVAL, which also loads it.
+func (s *Redis) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	cargs := make([]any, 0, 3+len(keys)+len(args))
+	cargs = append(cargs, "evalsha", script.Hash(), len(keys))
+	for _, k := range keys {
+		cargs = append(cargs, k)
+	}
+	cmd := redis.NewCmd(ctx, append(cargs, args...)...)
+	if err := s.reads.do(ctx, cmd); err != nil && !isNoScript(err) {
+		if cmd.Err() == nil {
+			cmd.SetErr(err) // ctx ended or the store closed before the reply
+		}
+		return cmd
+	}
+	if isNoScript(cmd.Err()) {
+		return script.Eval(ctx, s.rdb, keys, args...)
+	}
+	return cmd
+}
+
 // scriptCall is one script invocation in a pipeline.
 type scriptCall struct {
 	script *redis.Script
@@ -637,7 +660,7 @@ func (s *Redis) pipe(ctx context.Context, calls []scriptCall, extra func(redis.P
 	if len(calls) == 1 && extra == nil {
 		// One command: no pipeline (Run is EVALSHA, EVAL on NOSCRIPT).
 		c := calls[0]
-		cmd := c.script.Run(ctx, s.rdb, c.keys, c.args...)
+		cmd := s.run(ctx, c.script, c.keys, c.args...)
 		if err := transportErr([]redis.Cmder{cmd}, cmd.Err()); err != nil {
 			return nil, err
 		}

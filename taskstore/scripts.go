@@ -385,7 +385,9 @@ if not alive(v, now) then return {0} end
 if terminal(v[1]) then return {-1} end
 local exp = expiry(v)
 local n = redis.call("RPUSH", KEYS[2], ARGV[2] .. ARGV[3])
-redis.call("PEXPIREAT", KEYS[2], ms(exp))
+-- Every path that creates the queue sets its expiry, so only a new queue
+-- needs one.
+if n == 1 then redis.call("PEXPIREAT", KEYS[2], ms(exp)) end
 local dropped = 0
 local max = tonumber(ARGV[4])
 if max > 0 and n > max then dropped = trim(KEYS[2], n - max) end

@@ -41,7 +41,7 @@ func (s *Redis) Enqueue(ctx context.Context, owner, id string, kind MessageKind,
 	if max < 0 {
 		max = 0
 	}
-	cmd := enqueueCmd.Run(ctx, s.rdb,
+	cmd := s.run(ctx, enqueueCmd,
 		[]string{s.k.task(owner, id), s.k.queue(owner, id), s.k.listening(owner, id)},
 		s.nowMS(), k, msg, max, s.k.events(owner, id),
 		s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner), id, indexSlack.Milliseconds(), s.k.sessListeners(owner))
@@ -73,7 +73,7 @@ func (s *Redis) Drain(ctx context.Context, owner, id string) ([]Message, error) 
 	if !validOwner(owner) || !validID(id) {
 		return nil, ErrNotFound
 	}
-	vals, err := drainCmd.Run(ctx, s.rdb, []string{s.k.queue(owner, id), s.k.task(owner, id)},
+	vals, err := s.run(ctx, drainCmd, []string{s.k.queue(owner, id), s.k.task(owner, id)},
 		s.k.sessQueuedPrefix(owner), id).Slice()
 	if err != nil {
 		return nil, wrapErr("drain", id, err)
@@ -105,7 +105,7 @@ func (s *Redis) Requeue(ctx context.Context, owner, id string, msgs []Message) e
 		e := make([]byte, 0, 1+len(m.Data))
 		args = append(args, append(append(e, byte(m.Kind)), m.Data...))
 	}
-	cmd := requeueCmd.Run(ctx, s.rdb,
+	cmd := s.run(ctx, requeueCmd,
 		[]string{s.k.task(owner, id), s.k.queue(owner, id), s.k.listening(owner, id)}, args...)
 	return s.codeReply("requeue", id, cmd.Int64Slice)
 }
@@ -126,7 +126,7 @@ func (s *Redis) SetListening(ctx context.Context, owner, id string, ttl time.Dur
 	if ttl > 0 && ms == 0 {
 		ms = 1
 	}
-	cmd := listenCmd.Run(ctx, s.rdb,
+	cmd := s.run(ctx, listenCmd,
 		[]string{s.k.task(owner, id), s.k.listening(owner, id), s.k.queue(owner, id)},
 		s.nowMS(), ms, s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner), id, indexSlack.Milliseconds(), s.k.sessListeners(owner))
 	return s.codeReply("set listening", id, cmd.Int64Slice)
@@ -162,7 +162,7 @@ func (s *Redis) QueuedTasks(ctx context.Context, owner, session string) ([]strin
 	if !validOwner(owner) || !validSession(session) {
 		return nil, nil
 	}
-	ids, err := queuedCmd.Run(ctx, s.rdb, []string{s.k.sessQueued(owner, session)},
+	ids, err := s.run(ctx, queuedCmd, []string{s.k.sessQueued(owner, session)},
 		s.k.queuePrefix(owner)).StringSlice()
 	if err != nil {
 		return nil, wrapErr("queued tasks", "", err)
@@ -185,7 +185,7 @@ func (s *Redis) AddPending(ctx context.Context, owner, session, reqID, id string
 	if !validOwner(owner) || !validID(id) {
 		return ErrNotFound
 	}
-	cmd := addPendingCmd.Run(ctx, s.rdb, []string{s.k.task(owner, id), s.k.pending(owner, session, reqID)},
+	cmd := s.run(ctx, addPendingCmd, []string{s.k.task(owner, id), s.k.pending(owner, session, reqID)},
 		s.nowMS(), id)
 	return s.codeReply("add pending", id, cmd.Int64Slice)
 }
@@ -200,7 +200,7 @@ func (s *Redis) Answer(ctx context.Context, owner, session, reqID string, msg []
 	if !validOwner(owner) || (session != "" && !validSession(session)) {
 		return "", ErrNotFound
 	}
-	cmd := answerCmd.Run(ctx, s.rdb, []string{s.k.pending(owner, session, reqID)},
+	cmd := s.run(ctx, answerCmd, []string{s.k.pending(owner, session, reqID)},
 		s.nowMS(), msg, s.k.taskPrefix(owner), s.k.inboxPrefix(owner), s.k.eventsPrefix(owner))
 	code, vals, err := scriptReply(cmd)
 	if err != nil {
@@ -228,7 +228,7 @@ func (s *Redis) TakeAnswers(ctx context.Context, owner, id string) ([][]byte, er
 	if !validOwner(owner) || !validID(id) {
 		return nil, ErrNotFound
 	}
-	vals, err := takeCmd.Run(ctx, s.rdb, []string{s.k.inbox(owner, id)}).Slice()
+	vals, err := s.run(ctx, takeCmd, []string{s.k.inbox(owner, id)}).Slice()
 	if err != nil {
 		return nil, wrapErr("take answers", id, err)
 	}
