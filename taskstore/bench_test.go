@@ -138,10 +138,10 @@ func BenchmarkRoundtrip(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			finished := make(chan error, 1)
 			go func() {
-				if _, err := s.Finish(ctx, ownerA, task.ID, Completed, "", benchOutcome); err != nil {
-					b.Error(err)
-				}
+				_, err := s.Finish(ctx, ownerA, task.ID, Completed, "", benchOutcome)
+				finished <- err
 			}()
 			for {
 				t, out, err := s.Outcome(ctx, ownerA, task.ID)
@@ -157,6 +157,9 @@ func BenchmarkRoundtrip(b *testing.B) {
 				<-ch
 			}
 			stop()
+			if err := <-finished; err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 }
