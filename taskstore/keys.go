@@ -26,7 +26,9 @@ import (
 //	P:{owner}:sl          hash   session -> unix ms until which a replica listens on its
 //	                             channel (scripts publish there only then); expires with
 //	                             the latest registration
-//	P:leases              zset   member "<owner>/<id>", score = lease deadline ms
+//	P:leases              zset   member "<owner>/<id>", score = a lease deadline the task had
+//	                             (Create's; Recover moves it to the current one when it finds
+//	                             the lease renewed; the hash's lease field is authoritative)
 //	P:sess:<sha256 hex>   string upstream protocol version of a session
 //
 // <sess> is Task.Session, validated by validSession (it is already a digest

@@ -631,16 +631,19 @@ func (s *Redis) run(ctx context.Context, script *redis.Script, keys []string, ar
 		cargs = append(cargs, k)
 	}
 	cmd := redis.NewCmd(ctx, append(cargs, args...)...)
-	if err := s.reads.do(ctx, cmd); err != nil && !isNoScript(err) {
-		if cmd.Err() == nil {
-			cmd.SetErr(err) // ctx ended or the store closed before the reply
-		}
+	err := s.reads.do(ctx, cmd)
+	switch {
+	case err == nil:
 		return cmd
-	}
-	if isNoScript(cmd.Err()) {
+	case isNoScript(err):
 		return script.Eval(ctx, s.rdb, keys, args...)
+	default:
+		// cmd is not read again: when ctx ended first, its batch may still
+		// be writing it.
+		failed := redis.NewCmd(ctx)
+		failed.SetErr(err)
+		return failed
 	}
-	return cmd
 }
 
 // scriptCall is one script invocation in a pipeline.

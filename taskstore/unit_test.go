@@ -41,7 +41,7 @@ func TestKeysShareOwnerSlot(t *testing.T) {
 	owner, id := "abc123", "0123456789abcdef0123456789abcdef"
 	for _, key := range []string{k.task(owner, id), k.index(owner), k.live(owner), k.events(owner, id), k.taskPrefix(owner) + id,
 		k.queue(owner, id), k.inbox(owner, id), k.listening(owner, id), k.sessQueued(owner, "s1"), k.sessEvents(owner, "s1"),
-		k.pending(owner, "s1", `"{x}"`), k.queuePrefix(owner) + id, k.inboxPrefix(owner) + id, k.eventsPrefix(owner) + id} {
+		k.pending(owner, "s1", `"{x}"`), k.sessListeners(owner), k.queuePrefix(owner) + id, k.inboxPrefix(owner) + id, k.eventsPrefix(owner) + id} {
 		if tag := key[strings.IndexByte(key, '{') : strings.IndexByte(key, '}')+1]; tag != "{"+owner+"}" {
 			t.Errorf("key %q has hash tag %q, want {%s}", key, tag, owner)
 		}
@@ -187,7 +187,7 @@ func TestKeysDistinct(t *testing.T) {
 		"queue": k.queue(owner, id), "inbox": k.inbox(owner, id), "listening": k.listening(owner, id),
 		"sessQueued": k.sessQueued(owner, sess), "sessEvents": k.sessEvents(owner, sess),
 		"pending": k.pending(owner, sess, "1"), "pending2": k.pending(owner, sess, "2"), "pendingNoSess": k.pending(owner, "", "1"),
-		"session": k.session(sess), "leases": k.leases(),
+		"session": k.session(sess), "leases": k.leases(), "sessListeners": k.sessListeners(owner),
 	} {
 		if other, ok := seen[key]; ok {
 			t.Errorf("keys %s and %s are both %q", name, other, key)
