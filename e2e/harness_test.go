@@ -36,6 +36,7 @@ const protocolVersion = "2025-11-25"
 var (
 	taskgateBin  string
 	legacyMCPBin string
+	mcpgoPeerBin string // an mcp-go server (questions on its GET stream)
 )
 
 // TestMain builds taskgate and legacy-mcp once (with -race when the test
@@ -54,15 +55,18 @@ func TestMain(m *testing.M) {
 		dir = ""
 		taskgateBin = filepath.Join(pre, "taskgate")
 		legacyMCPBin = filepath.Join(pre, "legacy-mcp")
+		mcpgoPeerBin = filepath.Join(pre, "mcpgo-peer")
 		os.Exit(runTests(m))
 	}
 	taskgateBin = filepath.Join(dir, "taskgate")
 	legacyMCPBin = filepath.Join(dir, "legacy-mcp")
+	mcpgoPeerBin = filepath.Join(dir, "mcpgo-peer")
 	args := []string{"build", "-o", dir + string(filepath.Separator)}
 	if raceEnabled {
 		args = append(args, "-race")
 	}
-	args = append(args, "github.com/taskgate/taskgate/cmd/taskgate", "github.com/taskgate/taskgate/cmd/legacy-mcp")
+	args = append(args, "github.com/taskgate/taskgate/cmd/taskgate", "github.com/taskgate/taskgate/cmd/legacy-mcp",
+		"github.com/taskgate/taskgate/cmd/mcpgo-peer")
 	cmd := exec.Command("go", args...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
@@ -227,17 +231,24 @@ type legacy struct {
 // "listening on" line.
 func startLegacy(t testing.TB, extra ...string) *legacy {
 	t.Helper()
+	return startServer(t, "legacy-mcp", legacyMCPBin, extra...)
+}
+
+// startServer starts an MCP server binary that takes --listen and prints
+// "listening on URL", and waits for that line.
+func startServer(t testing.TB, name, bin string, extra ...string) *legacy {
+	t.Helper()
 	var u string
 	p := startRetrying(t, func() (*proc, error) {
 		args := append([]string{"--listen", freeAddr(t)}, extra...)
-		p := startProc(t, "legacy-mcp", legacyMCPBin, args...)
+		p := startProc(t, name, bin, args...)
 		err := pollUntil(10*time.Second, func() (bool, error) {
 			if m := listeningRE.FindStringSubmatch(p.out.String()); m != nil {
 				u = m[1]
 				return true, nil
 			}
 			if p.hasExited() {
-				return false, fmt.Errorf("legacy-mcp exited early: %s", p.out.String())
+				return false, fmt.Errorf("%s exited early: %s", name, p.out.String())
 			}
 			return false, nil
 		})

@@ -38,8 +38,10 @@
 //
 // While the call runs, the upstream's notifications and requests are
 // stamped with related-task _meta and queued in the store; the task's open
-// tasks/result stream, else the session's GET stream, drains the queue (on
-// any replica), so each message is delivered once. tasks/result waits on
+// tasks/result stream, else a GET stream of any session of the task's
+// owner, drains the queue (on any replica), so each message is delivered
+// once. Tasks outlive their sessions and sessions are bound to their owner
+// (sessions.go). tasks/result waits on
 // the store's pub/sub wake-ups with the store as the source of truth, and
 // keeps long waits alive with SSE comments.
 //
@@ -47,8 +49,10 @@
 //
 // Tasks belong to an owner derived from the request (a keyed hash of the
 // Authorization header, else of the session id); a foreign task is
-// indistinguishable from an unknown one. Owners are rate limited per
-// process.
+// indistinguishable from an unknown one. An MCP session is bound to the
+// credential that opened it; a request carrying its id with another
+// credential gets 404 before it reaches the upstream. Owners are rate
+// limited per process.
 //
 // Handler is safe for concurrent use; Close stops it. No fasthttp
 // RequestCtx is touched after its handler returns (STYLE pitfalls 1-3):

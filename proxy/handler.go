@@ -169,11 +169,12 @@ type Handler struct {
 	nativeOnce sync.Once
 
 	versions versionCache
+	bindings bindingCache // session id -> owner binding (sessions.go)
 	tools    toolLimiter
 	bgPool   connPool // connections for background calls
 	passPool connPool // connections for pass-through (relay)
 	limiter  *rateLimiter
-	macs     sync.Pool // keyed HMAC states (keyedHash)
+	macs     sync.Pool // *macState: keyed HMAC states (keyedHash)
 	// relayBufs holds *[]byte buffers for reading buffered answers.
 	relayBufs sync.Pool
 	endWait   time.Duration // relay's wait for the end of an SSE answer (endWait; tests change it)
@@ -256,6 +257,7 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 		}
 	}
 	h.versions.init(8192)
+	h.bindings.max = 8192
 	h.dialTCP = h.dialSocket
 	h.bgPool = connPool{max: 256, maxIdle: cfg.UpstreamIdleConn}
 	h.passPool = connPool{max: 1024, maxIdle: cfg.UpstreamIdleConn}
@@ -464,7 +466,13 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 		h.pass(rc, &info, nil)
 		return
 	}
+	if sid := rc.Request.Header.Peek(headerSessionID); len(sid) > 0 && !h.sessionAllowed(rc, &info, sid) {
+		return // a foreign or ended session: 404, never forwarded
+	}
 	if !rc.IsPost() {
+		if rc.IsDelete() && h.tasksActive(&rc.Request.Header) && h.deleteSession(rc, &info) {
+			return // the session's tasks still run: it ends upstream after them
+		}
 		if rc.IsGet() && !h.native.Load() {
 			if taskID, rpcID, ok := parseResultEventID(string(rc.Request.Header.Peek(headerLastEventID))); ok {
 				info.method, info.taskID = methodTasksResult, taskID

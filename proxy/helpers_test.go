@@ -441,6 +441,31 @@ func (s *countingStore) SetSessionVersion(ctx context.Context, session, version 
 	return s.Store.SetSessionVersion(ctx, session, version, ttl)
 }
 
+func (s *countingStore) BindSession(ctx context.Context, session, credential string, ttl time.Duration) error {
+	s.count("BindSession")
+	return s.Store.BindSession(ctx, session, credential, ttl)
+}
+
+func (s *countingStore) Session(ctx context.Context, session string) (taskstore.SessionRecord, error) {
+	s.count("Session")
+	return s.Store.Session(ctx, session)
+}
+
+func (s *countingStore) CloseSession(ctx context.Context, session string) (bool, error) {
+	s.count("CloseSession")
+	return s.Store.CloseSession(ctx, session)
+}
+
+func (s *countingStore) StartSessionTask(ctx context.Context, session, id string, until time.Time) error {
+	s.count("StartSessionTask")
+	return s.Store.StartSessionTask(ctx, session, id, until)
+}
+
+func (s *countingStore) EndSessionTask(ctx context.Context, session, id string) (bool, error) {
+	s.count("EndSessionTask")
+	return s.Store.EndSessionTask(ctx, session, id)
+}
+
 func (s *countingStore) Ping(ctx context.Context) error {
 	s.count("Ping")
 	return s.Store.Ping(ctx)

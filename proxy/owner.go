@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"hash"
-	"io"
 	"sync"
 	"time"
 
@@ -37,20 +36,33 @@ func (h *Handler) owner(hdr *fasthttp.RequestHeader) (owner string, identified b
 // hex. The keyed HMAC states are pooled: hmac.New hashes the key into two
 // fresh SHA-256 states on every call, Reset only restores them.
 func (h *Handler) keyedHash(domain string, v []byte) string {
-	mac, _ := h.macs.Get().(hash.Hash)
-	if mac == nil {
-		mac = hmac.New(sha256.New, h.cfg.OwnerKey)
+	out := h.keyedHashHex(domain, v)
+	return string(out[:])
+}
+
+// keyedHashHex is keyedHash without the string. It does not allocate: the
+// pooled state carries the buffers that would escape through hash.Hash.
+func (h *Handler) keyedHashHex(domain string, v []byte) [32]byte {
+	st, _ := h.macs.Get().(*macState)
+	if st == nil {
+		st = &macState{mac: hmac.New(sha256.New, h.cfg.OwnerKey)}
 	}
-	mac.Reset()
-	_, _ = io.WriteString(mac, domain)
-	mac.Write([]byte{0})
-	mac.Write(v)
-	var sum [sha256.Size]byte
-	mac.Sum(sum[:0])
-	h.macs.Put(mac)
+	st.mac.Reset()
+	st.buf = append(append(st.buf[:0], domain...), 0)
+	st.mac.Write(st.buf)
+	st.mac.Write(v)
+	sum := st.mac.Sum(st.sum[:0])
 	var out [32]byte
 	hex.Encode(out[:], sum[:16])
-	return string(out[:])
+	h.macs.Put(st)
+	return out
+}
+
+// macState is a pooled keyed HMAC with its scratch buffers.
+type macState struct {
+	mac hash.Hash
+	buf []byte
+	sum [sha256.Size]byte
 }
 
 // hashShort is what logs show instead of a session id.

@@ -120,9 +120,14 @@ func (h *Handler) initialize(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 		}
 	}
 	hasAuth := len(rc.Request.Header.Peek(fasthttp.HeaderAuthorization)) > 0
+	cred := h.credential(&rc.Request.Header)
 	id := append([]byte(nil), env.id...)
 	h.forwardRewriting(rc, info, id, func(resp *fasthttp.Response) rewriteFunc {
 		sid := string(resp.Header.Peek(headerSessionID))
+		if sid != "" {
+			// Before the client learns the id: the session is its own.
+			h.bindSession(sid, cred)
+		}
 		opt := capability.InitOptions{
 			List:   hasAuth || sid != "",
 			Bridge: h.pol.BridgeProtocolVersion && requested == capability.ProtocolVersion,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"maps"
 	"strings"
 	"testing"
 
@@ -183,7 +184,8 @@ func TestUpstreamDeclaresTasks(t *testing.T) {
 			t.Errorf("upstream got %q, want %q", got, body)
 		}
 	}
-	if n := tp.store.callsExcept("Recover"); len(n) != 0 {
+	// Only the session's owner binding, which is no task feature.
+	if n := tp.store.callsExcept("Recover", "BindSession"); len(n) != 0 {
 		t.Errorf("store used: %v", n)
 	}
 }
@@ -215,7 +217,7 @@ func TestOlderUpstreamVersion(t *testing.T) {
 				if string(resp.Body()) != old {
 					t.Fatalf("initialize answer = %q, want it unchanged", resp.Body())
 				}
-				if n := tp.store.callsExcept("Recover"); len(n) != 0 {
+				if n := tp.store.callsExcept("Recover", "BindSession"); len(n) != 0 {
 					t.Errorf("store used: %v", n)
 				}
 				return
@@ -236,8 +238,9 @@ func TestOlderUpstreamVersion(t *testing.T) {
 					t.Errorf("upstream MCP-Protocol-Version = %q, want 2025-06-18", v)
 				}
 			}
-			if n := replica.store.callsExcept("Recover"); n["SessionVersion"] != 1 || len(n) != 1 {
-				t.Errorf("replica store calls = %v, want one SessionVersion", n)
+			// (and the session's owner binding, once)
+			if n := replica.store.callsExcept("Recover"); n["SessionVersion"] != 1 || n["Session"] != 1 || len(n) != 2 {
+				t.Errorf("replica store calls = %v, want one SessionVersion and one Session", n)
 			}
 			// GET and DELETE of the session are bridged too.
 			for _, m := range []string{"GET", "DELETE"} {
@@ -251,9 +254,16 @@ func TestOlderUpstreamVersion(t *testing.T) {
 }
 
 // TestPlainRequestsSkipTheStore (DESIGN decision 8): requests that do not
-// carry MCP-Protocol-Version 2025-11-25 never touch the task store.
+// carry MCP-Protocol-Version 2025-11-25 never touch the task store, once
+// the replica knows who owns their session (it saw the initialize, or read
+// the binding once; sessions.go).
 func TestPlainRequestsSkipTheStore(t *testing.T) {
 	tp := newTestProxy(t, initAnswer(initResult, "s"))
+	tp.do(newPost(`{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"c","version":"0"}}}`))
+	if n := tp.store.callsExcept("Recover"); n["BindSession"] != 1 || len(n) != 1 {
+		t.Errorf("initialize used the store for %v, want one BindSession", n)
+	}
+	before := tp.store.callsExcept("Recover")
 	for _, r := range []*fasthttp.Request{
 		newPost(`{"jsonrpc":"2.0","id":1,"method":"ping"}`, "Mcp-Session-Id", "s"),
 		newPost(`{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x"}}`, "Mcp-Session-Id", "s"),
@@ -265,8 +275,15 @@ func TestPlainRequestsSkipTheStore(t *testing.T) {
 	} {
 		tp.do(r)
 	}
-	if n := tp.store.callsExcept("Recover"); len(n) != 0 {
-		t.Errorf("store used: %v", n)
+	if n := tp.store.callsExcept("Recover"); !maps.Equal(n, before) {
+		t.Errorf("store used: %v, before the plain requests %v", n, before)
+	}
+	// A session this replica has not seen costs one read of its binding.
+	for range 3 {
+		tp.do(newPost(`{"jsonrpc":"2.0","id":1,"method":"ping"}`, "Mcp-Session-Id", "other"))
+	}
+	if n := tp.store.callsExcept("Recover"); n["Session"] != 1 || len(n) != 2 {
+		t.Errorf("store used: %v, want one Session read beside the BindSession", n)
 	}
 }
 

@@ -27,7 +27,14 @@ type job struct {
 	req     *fasthttp.Request
 	st      policy.Settings
 	log     zerolog.Logger
-	session string // store key of the client's session ("" without one)
+	session string // the owner's stream group (streamGroup; "" for anonymous callers)
+	// upSession is the store key of the upstream session the call runs on
+	// ("" without one, or when it is not recorded there).
+	upSession string
+	// hdr is a copy of req's headers made before the call starts, for the
+	// messages sent beside it (answers, cancels, the session's end): req
+	// itself belongs to the goroutine writing the call.
+	hdr fasthttp.RequestHeader
 
 	pending    atomic.Int32 // relayed requests the client has not answered yet
 	lastStatus time.Time    // last progress-driven statusMessage update (reader goroutine only)
@@ -51,8 +58,8 @@ type job struct {
 }
 
 // newJob makes the job of a created task; start it with h.startJob(j).
-func newJob(t *taskstore.Task, req *fasthttp.Request, st policy.Settings, session string) *job {
-	j := &job{t: t, req: req, st: st, session: session, settled: make(chan struct{})}
+func newJob(t *taskstore.Task, req *fasthttp.Request, st policy.Settings, session, upSession string) *job {
+	j := &job{t: t, req: req, st: st, session: session, upSession: upSession, settled: make(chan struct{})}
 	deadline, deadlineCause := t.CreatedAt.Add(st.Timeout), errTimeout
 	if exp := t.ExpiresAt(); exp.Before(deadline) {
 		deadline, deadlineCause = exp, errExpired
@@ -127,13 +134,13 @@ type callResult struct {
 // is dropped, T-59).
 func (h *Handler) run(j *job) {
 	t := j.t
-	j.log = h.log.With().Str(logTaskID, t.ID).Str(logTool, t.Tool).Logger()
 	h.m.runningNow.Add(1)
 	defer func() {
 		j.settle()
 		h.jobs.Delete(t.ID)
 		h.m.runningNow.Add(-1)
 		h.tools.release(t.Tool)
+		h.endSessionTask(j)
 		fasthttp.ReleaseRequest(j.req)
 	}()
 
@@ -141,6 +148,7 @@ func (h *Handler) run(j *job) {
 	defer j.cancelDL()
 	defer cancel(nil)
 
+	j.req.Header.CopyTo(&j.hdr)
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
@@ -236,17 +244,17 @@ func (h *Handler) superviseRun(ctx context.Context, cancel context.CancelCauseFu
 			}
 			defer stop()
 			ch = c
-			h.deliverAnswers(ctx, j)
+			h.deliverAnswers(ctx, j, true)
 			if reread() {
 				return
 			}
 		case <-ch:
-			h.deliverAnswers(ctx, j)
+			h.deliverAnswers(ctx, j, true)
 			if reread() {
 				return
 			}
 		case <-renew.C:
-			h.deliverAnswers(ctx, j) // in case a wake-up was missed
+			h.deliverAnswers(ctx, j, true) // in case a wake-up was missed
 			sctx, c := context.WithTimeout(ctx, h.cfg.StoreTimeout)
 			st, err := h.store.Renew(sctx, t.Owner, t.ID, h.cfg.Lease)
 			c()
@@ -688,7 +696,7 @@ func (h *Handler) postUpstream(j *job, body []byte) {
 	resp := fasthttp.AcquireResponse()
 	defer fasthttp.ReleaseRequest(req)
 	defer fasthttp.ReleaseResponse(resp)
-	j.req.Header.CopyTo(&req.Header)
+	j.hdr.CopyTo(&req.Header)
 	req.Header.ResetConnectionClose()
 	req.SetBody(body)
 	err := h.hc.DoTimeout(req, resp, 10*time.Second)

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -21,15 +22,16 @@ import (
 //
 //   - an open tasks/result SSE stream of the task (preferred, T-64; it marks
 //     itself in the store so the runner wakes only it),
-//   - else the owner's GET stream of the session (woken through the
-//     session channel),
+//   - else a GET stream of any session of the task's owner (woken through
+//     the store's channel of the owner's stream group, streamGroup),
 //   - else the message waits in the bounded queue until one opens.
 //
 // The client's answer to a relayed request is POSTed like any JSON-RPC
-// response; taskgate recognises it by the pending request id recorded in
-// the store and hands it to the runner's inbox, whichever replica runs the
-// call; the runner posts it upstream. When no request is pending the task
-// returns to working (T-65).
+// response, on any session of the owner; taskgate recognises it by the
+// question id it gave the request (questionID), recorded as pending for
+// the owner in the store, and hands it to the runner's inbox, whichever
+// replica runs the call; the runner posts it upstream under the upstream's
+// own id. When no request is pending the task returns to working (T-65).
 
 const (
 	methodProgress        = "notifications/progress"
@@ -116,12 +118,12 @@ func (h *Handler) enqueue(ctx context.Context, j *job, kind taskstore.MessageKin
 // waits for a stream.
 func (h *Handler) relayRequest(ctx context.Context, j *job, env *envelope, msg []byte) {
 	if j.session == "" {
-		// Without a session the client's answer cannot be matched.
+		// Without an owner the client's answer cannot be matched.
 		h.postUpstream(j, appendErrorResponse(nil, env.id, codeMethodNotFound,
-			"taskgate: "+env.method+" needs an MCP session to reach the client"))
+			"taskgate: "+env.method+" needs an MCP session or an Authorization header to reach the client"))
 		return
 	}
-	out, err := withRelatedTaskParams(msg, j.t.ID)
+	out, qid, err := asQuestion(msg, env.id, j.t.ID)
 	if err != nil {
 		j.log.Warn().Err(err).Msg("answering a malformed upstream request with an error")
 		h.postUpstream(j, appendErrorResponse(nil, env.id, codeInvalidRequest, "taskgate: malformed request"))
@@ -129,7 +131,7 @@ func (h *Handler) relayRequest(ctx context.Context, j *job, env *envelope, msg [
 	}
 	sctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
 	defer cancel()
-	if err := h.store.AddPending(sctx, j.t.Owner, j.session, canonicalID(env.id), j.t.ID); err != nil {
+	if err := h.store.AddPending(sctx, j.t.Owner, j.session, canonicalID(qid), j.t.ID); err != nil {
 		j.log.Warn().Err(err).Msg("recording a pending client request failed")
 		h.postUpstream(j, appendErrorResponse(nil, env.id, codeInternalError, "taskgate: "+msgStoreUnavailable))
 		return
@@ -141,10 +143,14 @@ func (h *Handler) relayRequest(ctx context.Context, j *job, env *envelope, msg [
 	h.enqueue(ctx, j, taskstore.KindRequest, out, env.method)
 }
 
-// deliverAnswers posts the client's answers from the task's inbox upstream
-// and returns the task to working once nothing is pending (T-65).
-func (h *Handler) deliverAnswers(ctx context.Context, j *job) {
-	if j.pending.Load() <= 0 {
+// deliverAnswers posts the client's answers from the task's inbox upstream,
+// under the upstream's own request ids, and returns the task to working
+// once nothing is pending (T-65). Without force it looks only while this
+// runner relayed questions; questions of the upstream's GET stream that
+// were tied to the task (attributeQuestion) are answered into the inbox
+// too, so wake-ups and lease renewals look with force.
+func (h *Handler) deliverAnswers(ctx context.Context, j *job, force bool) {
+	if j.pending.Load() <= 0 && !force {
 		return
 	}
 	sctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
@@ -154,8 +160,10 @@ func (h *Handler) deliverAnswers(ctx context.Context, j *job) {
 		return
 	}
 	for _, a := range answers {
-		h.postUpstream(j, a)
-		j.pending.Add(-1)
+		h.postUpstream(j, toUpstreamAnswer(a))
+		if j.pending.Add(-1) < 0 {
+			j.pending.Store(0)
+		}
 	}
 	if j.pending.Load() <= 0 {
 		sctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
@@ -186,26 +194,37 @@ func progressText(params []byte) string {
 }
 
 // clientAnswer routes a client's JSON-RPC response to the runner of the
-// task whose upstream asked (through the store, so any replica works).
-// It reports false when the response answers no pending task request;
-// the caller then passes it through.
+// task whose upstream asked (through the store, so any replica works). It
+// reports false when the response's id is not a question id (the caller
+// then passes it through); answers to question ids never reach the
+// upstream directly.
 func (h *Handler) clientAnswer(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) bool {
-	sid := rc.Request.Header.Peek(headerSessionID)
-	if len(sid) == 0 {
-		return false
+	if !bytes.HasPrefix(env.id, []byte(`"`+questionIDPrefix)) {
+		return false // not an id taskgate gave a question: the upstream's business
 	}
 	owner, _ := h.owner(&rc.Request.Header)
-	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
-	defer cancel()
-	taskID, err := h.store.Answer(ctx, owner, h.sessionKey(sid), canonicalID(env.id), append([]byte(nil), rc.PostBody()...))
-	if err != nil {
-		if !errors.Is(err, taskstore.ErrNotFound) {
-			h.log.Warn().Err(err).Msg("routing a client answer through the store failed; passing it through")
-		}
-		return false
+	group := streamGroup(owner)
+	taskID, err := "", taskstore.ErrNotFound
+	if group != "" {
+		ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
+		taskID, err = h.store.Answer(ctx, owner, group, canonicalID(env.id), append([]byte(nil), rc.PostBody()...))
+		cancel()
 	}
-	info.outcome, info.taskID = "answer_routed", taskID
-	rc.SetStatusCode(fasthttp.StatusAccepted)
+	switch {
+	case errors.Is(err, taskstore.ErrNotFound):
+		// Answered before (the first answer wins), its task ended, or not
+		// this owner's: the upstream never issued this id, so the answer
+		// is dropped here.
+		info.outcome = "answer_ignored"
+		rc.SetStatusCode(fasthttp.StatusAccepted)
+	case err != nil:
+		h.log.Warn().Err(err).Msg("routing a client answer through the store failed")
+		info.outcome = "store_unavailable"
+		h.httpRPCError(rc, fasthttp.StatusServiceUnavailable, nil, codeInternalError, msgStoreUnavailable)
+	default:
+		info.outcome, info.taskID = "answer_routed", taskID
+		rc.SetStatusCode(fasthttp.StatusAccepted)
+	}
 	return true
 }
 
@@ -277,22 +296,34 @@ func (h *Handler) getStream(rc *fasthttp.RequestCtx, info *reqInfo) {
 }
 
 // mergeStream writes the GET stream until the client or the upstream ends
-// it. It reads upstream in a goroutine; on return it aborts the upstream
-// connection and waits for that goroutine, so the caller may release the
-// response afterwards.
+// it: the upstream's events, and the messages of every task of owner (any
+// session, any replica). sess is the store key of the stream's session (for
+// questions of the upstream's own stream, attributeQuestion). It reads
+// upstream in a goroutine; on return it aborts the upstream connection and
+// waits for that goroutine, so the caller may release the response
+// afterwards. Questions it delivered that are still unanswered when it ends
+// are queued again (redeliverOpen).
 func (h *Handler) mergeStream(w *bufio.Writer, upstream io.Reader, abort func(), owner, sess string) {
 	ctx, cancel := context.WithCancel(h.root)
 	defer cancel()
+	group := streamGroup(owner)
 	wctx, wcancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-	events, stop, err := h.store.WatchSession(wctx, owner, sess)
+	events, stop, err := h.store.WatchSession(wctx, owner, group)
 	wcancel()
 	if err != nil {
 		h.log.Warn().Err(err).Msg("GET stream without task messages: subscribing failed")
 		events, stop = nil, func() {}
 	}
 	defer stop()
+	var open []openQuestion
+	defer func() {
+		if len(open) > 0 {
+			h.redeliverOpen(owner, open)
+		}
+	}()
 
-	up := make(chan []byte, 16)
+	type upEvent struct{ raw, data []byte }
+	up := make(chan upEvent, 16)
 	if upstream != nil {
 		readerDone := make(chan struct{})
 		defer func() {
@@ -307,8 +338,13 @@ func (h *Handler) mergeStream(w *bufio.Writer, upstream io.Reader, abort func(),
 			for {
 				ev, err := r.next()
 				if ev != nil && len(ev.raw) > 0 {
+					raw := append([]byte(nil), ev.raw...)
+					var data []byte
+					if len(ev.data) > 0 {
+						data = append([]byte(nil), ev.data...)
+					}
 					select {
-					case up <- append([]byte(nil), ev.raw...):
+					case up <- upEvent{raw, data}:
 					case <-ctx.Done():
 						return
 					}
@@ -336,12 +372,13 @@ func (h *Handler) mergeStream(w *bufio.Writer, upstream io.Reader, abort func(),
 				c()
 				return false
 			}
+			open = noteQuestion(open, taskID, m.Data)
 		}
 		return true
 	}
 	rescan := func() bool {
 		sctx, c := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-		ids, err := h.store.QueuedTasks(sctx, owner, sess)
+		ids, err := h.store.QueuedTasks(sctx, owner, group)
 		c()
 		if err != nil {
 			return true
@@ -358,17 +395,20 @@ func (h *Handler) mergeStream(w *bufio.Writer, upstream io.Reader, abort func(),
 	}
 	keep := time.NewTicker(h.cfg.KeepAlive)
 	defer keep.Stop()
-	var upCh <-chan []byte = up
+	var upCh <-chan upEvent = up
 	if upstream == nil {
 		upCh = nil
 	}
 	for {
 		select {
-		case raw, ok := <-upCh:
+		case ev, ok := <-upCh:
 			if !ok {
 				return // the upstream ended its stream; the client reconnects
 			}
-			if _, err := w.Write(raw); err != nil || w.Flush() != nil {
+			if ev.data != nil && h.attributeQuestion(ctx, owner, sess, ev.data) {
+				continue // now the task's question: it comes through its queue
+			}
+			if _, err := w.Write(ev.raw); err != nil || w.Flush() != nil {
 				return
 			}
 		case ev := <-events:
@@ -398,4 +438,60 @@ func (h *Handler) mergeStream(w *bufio.Writer, upstream io.Reader, abort func(),
 			return
 		}
 	}
+}
+
+// Requests an upstream may send to the client about a running call.
+const (
+	methodElicit    = "elicitation/create"
+	methodSampling  = "sampling/createMessage"
+	methodRootsList = "roots/list"
+)
+
+// attributeQuestion ties a question the upstream sent on its standalone GET
+// stream to a task, when exactly one task call of owner runs on the
+// upstream session sess: the question then travels like the call's own
+// (related-task _meta, input_required, the task's queue, answered through
+// the task's runner). It reports whether it took msg; an unattributable
+// question (no task call, or several, on the session; a store error) is
+// left to pass through as it came.
+func (h *Handler) attributeQuestion(ctx context.Context, owner, sess string, msg []byte) bool {
+	env, err := parseEnvelope(msg)
+	if err != nil || !env.isRequest() || env.batch != nil {
+		return false
+	}
+	switch env.method {
+	case methodElicit, methodSampling, methodRootsList:
+	default:
+		return false
+	}
+	group := streamGroup(owner)
+	if group == "" || sess == "" {
+		return false
+	}
+	sctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
+	defer cancel()
+	rec, err := h.store.Session(sctx, sess)
+	if err != nil || len(rec.Tasks) != 1 {
+		return false
+	}
+	taskID := rec.Tasks[0]
+	out, qid, err := asQuestion(msg, env.id, taskID)
+	if err != nil {
+		return false
+	}
+	// AddPending refuses a task of another owner (not found) or one that
+	// ended; the question then passes through.
+	if err := h.store.AddPending(sctx, owner, group, canonicalID(qid), taskID); err != nil {
+		return false
+	}
+	if _, err := h.store.Update(sctx, owner, taskID, taskstore.InputRequired, "waiting for the client to answer "+env.method); err != nil {
+		h.log.Debug().Err(err).Msg("moving the task to input_required failed")
+	}
+	if _, err := h.store.Enqueue(sctx, owner, taskID, taskstore.KindRequest, out, h.cfg.QueueMax); err != nil {
+		h.log.Warn().Err(err).Str(logTaskID, taskID).Msg("queueing a question of the upstream's GET stream failed")
+		return false
+	}
+	h.log.Info().Str(logTaskID, taskID).Str(logRPCMethod, env.method).
+		Msg("question on the upstream's GET stream tied to the session's only running task")
+	return true
 }

@@ -164,13 +164,14 @@ func TestInputRequiredThroughResultStream(t *testing.T) {
 		t.Fatalf("second message = %s, want the log message (FIFO)", m.raw)
 	}
 	ask := s.next(nil)
-	if ask.Method != "elicitation/create" || string(ask.ID) != `"srv-e1"` || relatedTaskOf(t, ask) != task.TaskID {
-		t.Fatalf("third message = %s, want the elicitation request with related-task meta (T-63)", ask.raw)
+	if ask.Method != "elicitation/create" || !strings.HasPrefix(string(ask.ID), `"`+questionIDPrefix) || relatedTaskOf(t, ask) != task.TaskID {
+		t.Fatalf("third message = %s, want the elicitation request with related-task meta (T-63) under a question id", ask.raw)
 	}
-	r := b.send(alice, `{"jsonrpc":"2.0","id":"srv-e1","result":{"action":"accept","content":{"answer":"42"}}}`, "")
+	r := b.send(alice, `{"jsonrpc":"2.0","id":`+string(ask.ID)+`,"result":{"action":"accept","content":{"answer":"42"}}}`, "")
 	if r.httpStatus != fasthttp.StatusAccepted {
 		t.Fatalf("answer through replica B: HTTP %d %s, want 202", r.httpStatus, r.raw)
 	}
+	waitFor(t, 5*time.Second, "the upstream to get the answer under its own id", func() bool { return e.up.gotAnswer(`"srv-e1"`) })
 	if m := s.next(nil); m.Method != methodProgress || !strings.Contains(string(m.Params), `"progress":2`) {
 		t.Fatalf("after the answer: %s, want progress 2", m.raw)
 	}
@@ -199,7 +200,7 @@ func TestGetStreamCarriesTaskMessagesAndStatus(t *testing.T) {
 	if relatedTaskOf(t, ask) != task.TaskID {
 		t.Fatalf("elicitation on GET stream = %s", ask.raw)
 	}
-	r := e.send(alice, `{"jsonrpc":"2.0","id":"srv-e1","result":{"action":"accept","content":{"answer":"x"}}}`, "")
+	r := e.send(alice, `{"jsonrpc":"2.0","id":`+string(ask.ID)+`,"result":{"action":"accept","content":{"answer":"x"}}}`, "")
 	if r.httpStatus != fasthttp.StatusAccepted {
 		t.Fatalf("answer: HTTP %d", r.httpStatus)
 	}

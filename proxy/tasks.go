@@ -110,7 +110,11 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, "taskgate: generating a task id failed"))
 		return
 	}
-	sess := h.sessionKey(rc.Request.Header.Peek(headerSessionID))
+	// The task's messages go to any stream of its owner (sessions.go); the
+	// call runs on the client's upstream session, which the client's
+	// DELETE then ends only after the call.
+	group := streamGroup(owner)
+	upSess := h.sessionKey(rc.Request.Header.Peek(headerSessionID))
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	t := &taskstore.Task{
 		ID:           id,
@@ -123,7 +127,7 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 		Tool:         tool,
 		UpstreamID:   `"` + upstreamIDPrefix + upNonce + `"`,
 		Runner:       h.cfg.ProcessID,
-		Session:      sess,
+		Session:      group,
 	}
 	info.taskID = id
 
@@ -161,7 +165,9 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 	h.m.tasks.WithLabelValues("created").Inc()
 	h.log.Info().Str(logTaskID, id).Str(logOwner, owner).Str(logTool, tool).
 		Dur("ttl", t.TTL).Msg("task created")
-	j := newJob(t, req, st, sess)
+	j := newJob(t, req, st, group, upSess)
+	j.log = h.log.With().Str(logTaskID, t.ID).Str(logTool, t.Tool).Logger() // the runner logs with it too
+	h.startSessionTask(h.root, j)
 	h.jobs.Store(t.ID, j)
 	h.startJob(j)
 
@@ -501,16 +507,23 @@ func (h *Handler) streamResult(rc *fasthttp.RequestCtx, id []byte, owner, taskID
 			return err == nil && w.Flush() == nil
 		}
 		n := 0
+		var open []openQuestion
 		deliver := func(msgs []taskstore.Message) int {
 			for i, m := range msgs {
 				n++
 				if _, err := w.Write(appendSSE(nil, evID+"."+strconv.Itoa(n), m.Data)); err != nil || w.Flush() != nil {
 					return i
 				}
+				open = noteQuestion(open, taskID, m.Data)
 			}
 			return len(msgs)
 		}
 		t, out, err := h.waitTerminal(ctx, owner, taskID, keep, deliver)
+		if err != nil && len(open) > 0 {
+			// The stream ends before the task: questions it carried that
+			// are still unanswered go to the owner's next stream.
+			h.redeliverOpen(owner, open)
+		}
 		var buf []byte
 		switch {
 		case err == nil:

@@ -839,9 +839,12 @@ func (e *taskEnv) listIDs(who identity) []string {
 	return ids
 }
 
-// E-14, T-19, T-20: many concurrent creations, all ids distinct.
+// E-14, T-19, T-20: many concurrent creations, all ids distinct. The 300
+// creations (two store round trips each: the task and its session's
+// record) queue on the in-process miniredis, slowed further by -race: the
+// store timeout is raised so that the test measures ids, not speed.
 func TestConcurrentCreationsUniqueIDs(t *testing.T) {
-	e := newTaskEnv(t, "", Config{MaxTasksPerOwner: -1})
+	e := newTaskEnv(t, "", Config{MaxTasksPerOwner: -1, StoreTimeout: 30 * time.Second})
 	const n = 300
 	ids := make([]string, n)
 	var wg sync.WaitGroup

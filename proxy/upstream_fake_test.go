@@ -41,13 +41,18 @@ type fakeUpstream struct {
 	release   chan struct{}
 	dropID    string
 	answers   chan string // results of client answers to the asker's elicitation
+	// getEvents, when set, makes GET (without Last-Event-ID) a standalone
+	// SSE stream that writes each message sent here as an event, until
+	// release.
+	getEvents chan string
 }
 
 type fakeRequest struct {
-	method  string // JSON-RPC method
-	body    string
-	headers map[string]string
-	httpGet bool
+	method     string // JSON-RPC method
+	body       string
+	headers    map[string]string
+	httpGet    bool
+	httpDelete bool
 }
 
 func newFakeUpstream(t *testing.T) *fakeUpstream { return newFakeUpstreamTLS(t, nil) }
@@ -110,6 +115,13 @@ func (u *fakeUpstream) serve(rc *fasthttp.RequestCtx) {
 			hdr[k] = string(v)
 		}
 	}
+	if rc.IsDelete() {
+		u.mu.Lock()
+		u.requests = append(u.requests, fakeRequest{headers: hdr, httpDelete: true})
+		u.mu.Unlock()
+		rc.SetStatusCode(fasthttp.StatusNoContent)
+		return
+	}
 	if rc.IsGet() {
 		u.mu.Lock()
 		u.requests = append(u.requests, fakeRequest{headers: hdr, httpGet: true})
@@ -118,6 +130,26 @@ func (u *fakeUpstream) serve(rc *fasthttp.RequestCtx) {
 			rc.Response.Header.SetContentType("text/event-stream")
 			id := u.lastDropID()
 			rc.SetBodyString("id: e2\ndata: " + `{"jsonrpc":"2.0","id":` + id + `,"result":{"content":[{"type":"text","text":"resumed"}]}}` + "\n\n")
+			return
+		}
+		if u.getEvents != nil {
+			rc.Response.Header.SetContentType("text/event-stream")
+			events, release := u.getEvents, u.release
+			rc.SetBodyStreamWriter(func(w *bufio.Writer) {
+				_, _ = w.WriteString(": open\n\n")
+				_ = w.Flush()
+				for {
+					select {
+					case m := <-events:
+						fmt.Fprintf(w, "data: %s\n\n", m)
+						if w.Flush() != nil {
+							return
+						}
+					case <-release:
+						return
+					}
+				}
+			})
 			return
 		}
 		rc.SetStatusCode(fasthttp.StatusMethodNotAllowed)
@@ -242,6 +274,21 @@ func (u *fakeUpstream) serve(rc *fasthttp.RequestCtx) {
 	default:
 		jsonAnswer(`{"jsonrpc":"2.0","id":` + id + `,"error":{"code":-32602,"message":"unknown tool"}}`)
 	}
+}
+
+// gotAnswer reports whether a client's response with the raw id reached
+// the upstream.
+func (u *fakeUpstream) gotAnswer(id string) bool {
+	reqs, _, _ := u.snapshot()
+	for _, r := range reqs {
+		var m struct {
+			ID json.RawMessage `json:"id"`
+		}
+		if r.method == "" && json.Unmarshal([]byte(r.body), &m) == nil && string(m.ID) == id {
+			return true
+		}
+	}
+	return false
 }
 
 func (u *fakeUpstream) lastDropID() string {

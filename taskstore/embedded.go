@@ -87,6 +87,7 @@ type memShard struct {
 	exp    expHeap
 	leases leaseHeap
 	sess   map[string]memSessRec
+	srec   map[string]*memSessRecord
 	watch  map[taskRef]map[chan struct{}]EventKind
 	swatch map[sessRef]map[*sessWatcher]struct{}
 	_      [64]byte // keep shards' mutexes on separate cache lines
@@ -164,6 +165,7 @@ func NewEmbedded(cfg Config) (*Embedded, func(), error) {
 		sh := &d.shards[i]
 		sh.owners = map[string]*memOwner{}
 		sh.sess = map[string]memSessRec{}
+		sh.srec = map[string]*memSessRecord{}
 		sh.watch = map[taskRef]map[chan struct{}]EventKind{}
 		sh.swatch = map[sessRef]map[*sessWatcher]struct{}{}
 	}
@@ -1024,6 +1026,10 @@ func (sh *memShard) sweep(now int64) (more bool) {
 			if o := sh.owners[it.owner]; o != nil && len(o.tasks) == 0 && o.lastScore < now {
 				delete(sh.owners, it.owner)
 			}
+		case it.srec != "":
+			if r := sh.srec[it.srec]; r != nil && r.exp <= now {
+				delete(sh.srec, it.srec)
+			}
 		default:
 			if r, ok := sh.sess[it.session]; ok && r.exp <= now {
 				delete(sh.sess, it.session)
@@ -1077,11 +1083,13 @@ func (sh *memShard) drop(t *memTask, now int64) {
 }
 
 // expItem is one entry of a shard's expiry heap: a task (task set), an
-// owner whose empty state may go (owner set), or a session record.
+// owner whose empty state may go (owner set), a session's record
+// (srec set), or a session's protocol version (session).
 type expItem struct {
 	at      int64
 	task    *memTask
 	owner   string
+	srec    string
 	session string
 }
 

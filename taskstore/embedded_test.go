@@ -54,11 +54,14 @@ func TestEmbeddedReclaims(t *testing.T) {
 	if err := e.SetSessionVersion(ctx, "s", "v", ttl); err != nil {
 		t.Fatal(err)
 	}
+	if err := e.BindSession(ctx, sessA, "cred", ttl); err != nil {
+		t.Fatal(err)
+	}
 	empty := func() bool {
 		for i := range e.d.shards {
 			sh := &e.d.shards[i]
 			sh.mu.Lock()
-			n := len(sh.owners) + len(sh.exp) + len(sh.leases) + len(sh.sess)
+			n := len(sh.owners) + len(sh.exp) + len(sh.leases) + len(sh.sess) + len(sh.srec)
 			sh.mu.Unlock()
 			if n != 0 {
 				return false

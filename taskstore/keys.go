@@ -30,6 +30,9 @@ import (
 //	                             (Create's; Recover moves it to the current one when it finds
 //	                             the lease renewed; the hash's lease field is authoritative)
 //	P:sess:<sha256 hex>   string upstream protocol version of a session
+//	P:srec:<sess>         hash   session record: bound credential, closing mark, running
+//	                             calls (sessions.go); expires after the binding's ttl or
+//	                             its latest call's deadline, whichever is later
 //
 // <sess> is Task.Session, validated by validSession (it is already a digest
 // made by the caller, so it is used as is).
@@ -97,6 +100,8 @@ func (k keys) session(session string) string {
 	sum := sha256.Sum256([]byte(session))
 	return k.prefix + ":sess:" + hex.EncodeToString(sum[:])
 }
+
+func (k keys) sessionRecord(session string) string { return k.prefix + ":srec:" + session }
 
 // leaseMember names a task in the lease zset. IDs never contain '/', so the
 // last '/' separates owner and id.

@@ -61,8 +61,10 @@ type Task struct {
 	Tool          string        // tool name of the underlying tools/call
 	UpstreamID    string        // JSON-RPC id used for the upstream request (raw JSON text)
 	Runner        string        // id of the taskgate process running the call
-	// Session is the opaque key of the client's MCP session (already hashed
-	// by the caller), or "" for none. Create accepts "" or 1..128 bytes of
+	// Session is the opaque key of the group of client streams that may
+	// deliver the task's messages and answer its requests (the proxy uses
+	// one group per owner, so any session of the owner does), or "" for
+	// none. Create accepts "" or 1..128 bytes of
 	// [A-Za-z0-9_-] (a hex or base64url digest); it names the session's
 	// channel and sets, so it is never a raw Mcp-Session-Id.
 	Session string
@@ -184,6 +186,9 @@ type Store interface {
 	Leases
 	Events
 	Mailboxes
+	SessionVersions
+	// SessionRecords (sessions.go): owner binding and lifetime of the
+	// upstream sessions.
 	SessionRecords
 	// Ping checks that the store is reachable.
 	Ping(ctx context.Context) error
@@ -294,8 +299,9 @@ type Mailboxes interface {
 	TakeAnswers(ctx context.Context, owner, id string) ([][]byte, error)
 }
 
-// SessionRecords keep per-session facts shared by replicas.
-type SessionRecords interface {
+// SessionVersions keep the upstream protocol version of each session,
+// shared by replicas.
+type SessionVersions interface {
 	// SessionVersion returns the upstream protocol version recorded for the
 	// session key, or "" when none was recorded.
 	SessionVersion(ctx context.Context, session string) (string, error)

@@ -54,6 +54,10 @@ func runSuite(t *testing.T, newBackend func(testing.TB) *backend) {
 		{"StreamRouting_H11", testStreamRouting},
 		{"PendingAnswer", testPendingAnswer},
 		{"StreamKeysExpire", testStreamKeysExpire},
+		{"SessionBinding", testSessionBinding},
+		{"SessionLifetime", testSessionLifetime},
+		{"SessionLastCallRace", testSessionLastCallRace},
+		{"PendingTask", testPendingTask},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, newBackend(t)) })

@@ -12,6 +12,10 @@
 //
 //	echo  {"text": string}            returns the text at once
 //	slow  {"seconds": number}         sleeps, stops early when cancelled
+//	ask_get {"question": string}      asks the client through elicitation on
+//	                                  the session's standalone GET stream (as
+//	                                  fastmcp servers do), not on the call's
+//	                                  stream; returns "you said: <answer>"
 //
 // Usage:
 //
@@ -98,6 +102,12 @@ func main() {
 		}
 	})
 
+	s.AddTool(mcp.NewTool("ask_get",
+		mcp.WithDescription("Asks the given question through elicitation on the session's standalone GET stream "+
+			"(not on the call's own stream) and returns \"you said: <answer>\"."),
+		mcp.WithString("question", mcp.Required(), mcp.Description("Question shown to the user.")),
+	), askOnGetStream)
+
 	hopts := []server.StreamableHTTPOption{
 		server.WithEndpointPath(*path),
 		server.WithStreamableHTTPLogger(log),
@@ -136,4 +146,34 @@ func main() {
 		_ = srv.Close()
 	}
 	_ = h.Shutdown(sctx)
+}
+
+// askOnGetStream asks through the session's standalone GET stream: mcp-go
+// sends a server-to-client request on the call's own SSE stream when the
+// context carries that stream, so the request is made with a context that
+// has only the call's cancellation.
+func askOnGetStream(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	sess, ok := server.ClientSessionFromContext(ctx).(server.SessionWithElicitation)
+	if !ok {
+		return mcp.NewToolResultError("this session cannot elicit"), nil
+	}
+	ectx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer context.AfterFunc(ctx, cancel)()
+	res, err := sess.RequestElicitation(ectx, mcp.ElicitationRequest{Params: mcp.ElicitationParams{
+		Message: req.GetString("question", ""),
+		RequestedSchema: map[string]any{
+			"type":       "object",
+			"properties": map[string]any{"answer": map[string]any{"type": "string"}},
+			"required":   []string{"answer"},
+		},
+	}})
+	if err != nil {
+		return nil, err
+	}
+	if res.Action != mcp.ElicitationResponseActionAccept {
+		return mcp.NewToolResultError("the user did not answer: " + string(res.Action)), nil
+	}
+	answer, _ := res.Content.(map[string]any)["answer"].(string)
+	return mcp.NewToolResultText("you said: " + answer), nil
 }
