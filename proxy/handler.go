@@ -89,6 +89,12 @@ type Config struct {
 	// certificates, ServerName. Default: the system's roots, the URL's host
 	// as ServerName, TLS 1.2 or newer. Unused for an http upstream.
 	UpstreamTLS *tls.Config
+	// Dial, when set, opens every connection to the upstream instead of a
+	// TCP dial of Upstream's host: pass-through, rewritten answers, task
+	// calls, messages to the upstream and PingUpstream all use it. A stdio
+	// upstream (package proxy/stdio) is reached this way, in process.
+	// Upstream must still be an http URL (its path is the MCP endpoint).
+	Dial func(ctx context.Context) (net.Conn, error)
 	// NetIO makes upstream connections plain net.Conns instead of
 	// sysconn.Conns (direct system calls, see package sysconn). Default
 	// false: direct calls, which cost less CPU per request.
@@ -259,6 +265,9 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 	h.versions.init(8192)
 	h.bindings.max = 8192
 	h.dialTCP = h.dialSocket
+	if cfg.Dial != nil {
+		h.dialTCP = cfg.Dial
+	}
 	h.bgPool = connPool{max: 256, maxIdle: cfg.UpstreamIdleConn}
 	h.passPool = connPool{max: 1024, maxIdle: cfg.UpstreamIdleConn}
 	h.relayBufs.New = func() any { b := make([]byte, 16<<10); return &b }
@@ -661,7 +670,7 @@ func (h *Handler) ErrorHandler(rc *fasthttp.RequestCtx, err error) {
 // PingUpstream checks that the upstream accepts TCP connections and, when
 // it is https, completes a TLS handshake that taskgate trusts.
 func (h *Handler) PingUpstream(ctx context.Context) error {
-	c, err := h.dialer.DialContext(ctx, "tcp", h.upAddr)
+	c, err := h.dialTCP(ctx)
 	if err != nil {
 		return err
 	}
@@ -672,6 +681,10 @@ func (h *Handler) PingUpstream(ctx context.Context) error {
 	}
 	return c.Close()
 }
+
+// SessionLabel is what taskgate's logs show instead of the session id sid
+// (a keyed hash), for components that log sessions too.
+func (h *Handler) SessionLabel(sid []byte) string { return h.hashShort(sid) }
 
 // upstreamIDPrefix starts the JSON-RPC ids of taskgate's own upstream
 // requests, followed by 128 random bits (P-07, E-45).
