@@ -745,10 +745,7 @@ func (e *Embedded) Drain(_ context.Context, owner, id string) ([]Message, error)
 	}
 	sh, o := e.lock(owner)
 	defer sh.mu.Unlock()
-	if o == nil {
-		return nil, nil
-	}
-	t := o.tasks[id]
+	t := find(o, id, e.nowMS()) // expired by the clock: gone, like its queue
 	if t == nil {
 		return nil, nil
 	}
@@ -843,8 +840,9 @@ func (e *Embedded) QueuedTasks(_ context.Context, owner, session string) ([]stri
 	}
 	set := o.queued[session]
 	var ids []string
+	now := e.nowMS()
 	for id := range set {
-		if t := o.tasks[id]; t != nil && len(t.queue) > 0 {
+		if t := find(o, id, now); t != nil && len(t.queue) > 0 {
 			ids = append(ids, id)
 		} else {
 			delete(set, id)
@@ -929,10 +927,7 @@ func (e *Embedded) TakeAnswers(_ context.Context, owner, id string) ([][]byte, e
 	}
 	sh, o := e.lock(owner)
 	defer sh.mu.Unlock()
-	if o == nil {
-		return nil, nil
-	}
-	t := o.tasks[id]
+	t := find(o, id, e.nowMS())
 	if t == nil {
 		return nil, nil
 	}
