@@ -134,7 +134,7 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.streamLifetime, "stream-max-lifetime", time.Hour, "maximum lifetime of one proxied SSE stream")
 	fs.DurationVar(&o.upstreamIdleConn, "upstream-idle-conn", 3*time.Second, "close idle upstream keep-alive connections after this (keep below the upstream's idle limit)")
 	fs.DurationVar(&o.keepAlive, "keepalive", 15*time.Second, "interval of SSE keep-alive comments on tasks/result waits")
-	fs.DurationVar(&o.lease, "lease", 15*time.Second, "task lease: a task whose runner stops renewing is failed by another replica after this")
+	fs.DurationVar(&o.lease, "lease", 15*time.Second, "task lease: a task whose runner died is failed by another replica within this (renewed every lease/5)")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long running task calls may finish before they are cancelled and failed")
 	fs.DurationVar(&o.storeTimeout, "store-timeout", 3*time.Second, "bound on each task store operation")
 	fs.Usage = func() {
@@ -392,7 +392,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		ReadTimeout:           time.Minute, // reading one request; never the response (STYLE pitfall 5)
 		IdleTimeout:           2 * time.Minute,
 		CloseOnShutdown:       true,
-		Logger:                fasthttpLogger{log},
+		Logger:                proxy.ServerLogger(log),
+		// fasthttp's errors about malformed requests then carry no request
+		// bytes; the handler logs only their kind (ErrorHandler).
+		SecureErrorLogMessage: true,
 	}
 	var admin *http.Server
 	if o.adminListen != "" {
@@ -551,11 +554,4 @@ func adminMux(reg *prometheus.Registry, store taskstore.Store, h *proxy.Handler,
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return mux
-}
-
-// fasthttpLogger routes fasthttp's own messages to zerolog.
-type fasthttpLogger struct{ l zerolog.Logger }
-
-func (f fasthttpLogger) Printf(format string, args ...any) {
-	f.l.Warn().Str("component", "fasthttp").Msg(fmt.Sprintf(format, args...))
 }
