@@ -113,6 +113,6 @@ func (s *Redis) SetCursorKey(key []byte) error {
 		return errors.New("taskstore: SetCursorKey: key shorter than 16 bytes")
 	}
 	k := append([]byte(nil), key...)
-	s.mac.Store(&k)
+	s.cursors.mac.Store(&k)
 	return nil
 }
