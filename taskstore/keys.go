@@ -7,7 +7,9 @@ import (
 )
 
 // keys builds every Redis key and channel name the store uses. Nothing else
-// in the package spells a key (STYLE rule 12).
+// in the package spells a key, so the layout below is the whole truth and
+// every key of one owner carries the same {owner} hash tag (one Cluster slot,
+// so one script may touch them all).
 //
 // Layout (P = Config.Prefix, default "taskgate"):
 //

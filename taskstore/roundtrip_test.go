@@ -34,9 +34,10 @@ func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	}
 }
 
-// TestRoundTrips: DESIGN decision 2, one round trip per operation (after
-// the scripts are cached: the first EVALSHA of a cold server costs a
-// NOSCRIPT reply and an EVAL).
+// TestRoundTrips: create, complete, cancel and get are one round trip each
+// (one script or command changes the hash, the index and the wake-up
+// together), counted after the scripts are cached: the first EVALSHA of a
+// cold server costs a NOSCRIPT reply and an EVAL.
 func TestRoundTrips(t *testing.T) {
 	backends := map[string]func(t *testing.T) string{
 		"miniredis":    func(t *testing.T) string { return miniredis.RunT(t).Addr() },

@@ -28,7 +28,9 @@ func (s Status) Terminal() bool {
 type OutcomeKind string
 
 // Outcome kinds. The store keeps the upstream's answer raw; mapping it to a
-// wire status is the caller's job (DESIGN decision 7).
+// wire status is the caller's job: each protocol era renders the same raw
+// outcome its own way (an isError result is failed on one wire and completed
+// on the other).
 const (
 	// OutcomeNone: no outcome (task not finished, or cancelled).
 	OutcomeNone OutcomeKind = ""
