@@ -160,7 +160,7 @@ func withUpstreamURL(url string) proxyOpt { return func(s *proxySetup) { s.upstr
 func withLogger(l zerolog.Logger) proxyOpt { return func(s *proxySetup) { s.log = l } }
 
 // newTestStore returns an embedded store closed at cleanup.
-func newTestStore(tb testing.TB) *taskstore.Redis {
+func newTestStore(tb testing.TB) *taskstore.Embedded {
 	tb.Helper()
 	st, closer, err := taskstore.NewEmbedded(taskstore.Config{})
 	if err != nil {

@@ -295,7 +295,7 @@ func (w *modernWire) toolsCall(rc *fasthttp.RequestCtx, info *reqInfo, env *enve
 			return
 		}
 	}
-	st := w.h.pol.For(name)
+	st := w.h.policy().For(name)
 	if state, ok := unquoteValue(vals[1]); ok && strings.HasPrefix(state, requestStatePrefix) {
 		w.resumeHeld(rc, info, env, name, state)
 		return
