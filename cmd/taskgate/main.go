@@ -473,7 +473,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		NoDefaultDate:         true,
 		NoDefaultContentType:  true,
 		MaxRequestBodySize:    o.maxBodySize,
-		ReadTimeout:           time.Minute, // reading one request; never the response (STYLE pitfall 5)
+		ReadTimeout:           time.Minute, // reading one request; never the response (a write timeout would cut long SSE answers)
 		IdleTimeout:           2 * time.Minute,
 		CloseOnShutdown:       true,
 		Logger:                proxy.ServerLogger(log),
