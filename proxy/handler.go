@@ -264,7 +264,10 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 	h.relayBufs.New = func() any { b := make([]byte, 16<<10); return &b }
 	h.endWait = endWait
 	h.limiter = newRateLimiter(cfg.TaskRate, cfg.TaskBurst, 65536)
-	h.root, h.cancel = context.WithCancel(context.Background())
+	// The root's cause reaches every running call (their contexts derive
+	// from it): context.Cause tells a shutdown from a client's cancel.
+	root, cancelRoot := context.WithCancelCause(context.Background())
+	h.root, h.cancel = root, func() { cancelRoot(errShutdown) }
 	h.runq, h.closing = make(chan *job), make(chan struct{})
 	h.hc = &fasthttp.HostClient{
 		Addr:                          h.upAddr,

@@ -1,0 +1,137 @@
+package proxy
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/taskgate/taskgate/taskstore"
+)
+
+// countingEnv is a taskEnv whose Handler's store counts its calls.
+func countingEnv(t *testing.T, cfg Config) (*taskEnv, *countingStore) {
+	t.Helper()
+	var cs *countingStore
+	e := newTaskEnvWrapped(t, "", cfg, func(s taskstore.Store) taskstore.Store {
+		cs = &countingStore{Store: s, calls: make(map[string]int)}
+		return cs
+	})
+	return e, cs
+}
+
+// streamMethods are the store calls of a tasks/result that waits through
+// the store (subscription, listening mark, queue drains).
+var streamMethods = []string{"Watch", "WatchKinds", "SetListening", "Drain", "Requeue"}
+
+// A blocking tasks/result on the runner's replica is answered from the
+// runner's memory whatever the client accepts: no store call at all while
+// it waits (only the runner's own Finish and the end of its session
+// record), and the answer in the form the client can read.
+func TestTaskResultFromRunnerMemory(t *testing.T) {
+	for _, tc := range []struct {
+		accept  string
+		wantSSE bool
+	}{
+		{"application/json", false},
+		{"application/json, text/event-stream", false}, // every SDK sends this
+		{"text/event-stream", true},
+	} {
+		t.Run(tc.accept, func(t *testing.T) {
+			e, cs := countingEnv(t, Config{KeepAlive: time.Minute})
+			task := e.createTask(alice, "block", `{}`, `{}`)
+			pollUntil(t, 5*time.Second, func() bool { return e.up.toolCalls() == 1 }, "the upstream call")
+			before := cs.callsExcept("Recover")
+			waiter := make(chan rpcReply, 1)
+			go func() {
+				waiter <- e.send(alice, fmt.Sprintf(`{"jsonrpc":"2.0","id":"w","method":"tasks/result","params":{"taskId":%q}}`, task.TaskID), tc.accept)
+			}()
+			pollUntil(t, 5*time.Second, func() bool { return testutil.ToFloat64(e.h.m.inflight) == 1 }, "the waiter to block")
+			e.up.releaseAll()
+			r := <-waiter
+			if r.Error != nil || !strings.Contains(string(r.Result), `"text":"released"`) || !strings.Contains(string(r.Result), task.TaskID) {
+				t.Fatalf("tasks/result = %s, want the released result with its related task", r.raw)
+			}
+			if r.sse != tc.wantSSE {
+				t.Errorf("answer is SSE: %v, want %v", r.sse, tc.wantSSE)
+			}
+			if tc.wantSSE && strings.Count(r.raw, "data:") != 1 {
+				t.Errorf("SSE answer %q, want one event: the result", r.raw)
+			}
+			got := diff(cs.callsExcept("Recover", "Finish", "EndSessionTask"), before)
+			// The owner check of the session may read its binding once.
+			delete(got, "Session")
+			if len(got) != 0 {
+				t.Errorf("store calls while tasks/result waited on the local runner: %v, want none", got)
+			}
+		})
+	}
+}
+
+// Command budget of create + blocking tasks/result on one replica, for a
+// client that accepts SSE: the task's own writes (Create, Finish) and at
+// most one read (when the call ended before tasks/result arrived), never a
+// subscription, listening mark or drain for a task that queued nothing.
+func TestTaskRoundtripStoreBudget(t *testing.T) {
+	e, cs := countingEnv(t, Config{})
+	carol := identity{"Authorization": "Bearer carol-token"} // no session: no session records
+	const ops = 50
+	before := cs.callsExcept("Recover")
+	for i := range ops {
+		task := e.createTask(carol, "echo", fmt.Sprintf(`{"text":"n%d"}`, i), `{}`)
+		r := e.send(carol, fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tasks/result","params":{"taskId":%q}}`, i, task.TaskID),
+			"application/json, text/event-stream")
+		if r.Error != nil || !strings.Contains(string(r.Result), fmt.Sprintf(`n%d`, i)) {
+			t.Fatalf("tasks/result %d = %s, want the echoed text", i, r.raw)
+		}
+	}
+	// The last Finish may still be on its way.
+	pollUntil(t, 5*time.Second, func() bool { return diff(cs.callsExcept("Recover"), before)["Finish"] == ops }, "every Finish")
+	got := diff(cs.callsExcept("Recover"), before)
+	for _, m := range streamMethods {
+		if got[m] != 0 {
+			t.Errorf("%d %s calls in %d roundtrips, want 0 (calls: %v)", got[m], m, ops, got)
+		}
+	}
+	if got["Create"] != ops || got["Outcome"] > ops {
+		t.Errorf("calls in %d roundtrips: %v, want %d Create, %d Finish and at most %d Outcome", ops, got, ops, ops, ops)
+	}
+	if n := total(got); n > 3*ops {
+		t.Errorf("%d store calls in %d roundtrips (%.1f per op), want at most 3 per op: %v", n, ops, float64(n)/ops, got)
+	}
+	t.Logf("store calls per create + tasks/result: %.2f (%v)", float64(total(got))/ops, got)
+}
+
+// A wait longer than a keep-alive interval becomes a stream of keep-alive
+// comments that ends with the result, still from the runner's memory.
+func TestTaskResultLocalStreamKeepAlive(t *testing.T) {
+	e, cs := countingEnv(t, Config{KeepAlive: 50 * time.Millisecond})
+	task := e.createTask(alice, "block", `{}`, `{}`)
+	pollUntil(t, 5*time.Second, func() bool { return e.up.toolCalls() == 1 }, "the upstream call")
+	before := cs.callsExcept("Recover")
+	s := e.openStream(alice, fmt.Sprintf(`{"jsonrpc":"2.0","id":"k","method":"tasks/result","params":{"taskId":%q}}`, task.TaskID))
+	for {
+		ev, err := s.r.next()
+		if err != nil {
+			t.Fatalf("stream ended before a keep-alive: %v", err)
+		}
+		if len(ev.data) > 0 {
+			t.Fatalf("event before the call ended: %q", ev.raw)
+		}
+		if strings.Contains(string(ev.raw), ": keep-alive") {
+			break
+		}
+	}
+	e.up.releaseAll()
+	m := s.next(nil)
+	if string(m.ID) != `"k"` || !strings.Contains(string(m.Result), `"text":"released"`) {
+		t.Fatalf("last event = %s, want the result of request k", m.raw)
+	}
+	got := diff(cs.callsExcept("Recover", "Finish", "EndSessionTask", "Renew"), before)
+	delete(got, "Session")
+	if len(got) != 0 {
+		t.Errorf("store calls of a streamed local wait: %v, want none", got)
+	}
+}
