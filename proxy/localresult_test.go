@@ -135,3 +135,58 @@ func TestTaskResultLocalStreamKeepAlive(t *testing.T) {
 		t.Errorf("store calls of a streamed local wait: %v, want none", got)
 	}
 }
+
+// The reported pollInterval starts small and grows with the task's age,
+// within the policy's bound; a terminal task reports the bound.
+func TestReportedPollInterval(t *testing.T) {
+	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		age    time.Duration
+		bound  time.Duration
+		status taskstore.Status
+		want   time.Duration
+	}{
+		{0, 2 * time.Second, taskstore.Working, 5 * time.Millisecond},
+		{-time.Second, 2 * time.Second, taskstore.Working, 5 * time.Millisecond}, // another replica's clock ahead
+		{40 * time.Millisecond, 2 * time.Second, taskstore.Working, 6 * time.Millisecond},
+		{3 * time.Second, 2 * time.Second, taskstore.Working, 80 * time.Millisecond},
+		{3 * time.Second, 2 * time.Second, taskstore.InputRequired, 80 * time.Millisecond},
+		{time.Minute, 2 * time.Second, taskstore.Working, 1505 * time.Millisecond},
+		{time.Hour, 2 * time.Second, taskstore.Working, 2 * time.Second},
+		{0, 2 * time.Millisecond, taskstore.Working, 2 * time.Millisecond}, // bound below the start
+		{time.Hour, 2 * time.Second, taskstore.Completed, 2 * time.Second},
+	} {
+		tk := &taskstore.Task{Status: tc.status, CreatedAt: created, PollInterval: tc.bound}
+		if got := reportedPollInterval(tk, created.Add(tc.age)); got != tc.want {
+			t.Errorf("age %v, bound %v, %s: pollInterval %v, want %v", tc.age, tc.bound, tc.status, got, tc.want)
+		}
+	}
+}
+
+// A tasks/get of a young call running here waits briefly for its end and
+// answers with the terminal task the runner stored (no store read), so a
+// client polling a short call needs no second poll.
+func TestTaskGetHoldsYoungLocalCall(t *testing.T) {
+	e, cs := countingEnv(t, Config{})
+	e.h.getHold = time.Minute // the test releases the call while the get waits
+	task := e.createTask(alice, "block", `{}`, `{}`)
+	pollUntil(t, 5*time.Second, func() bool { return e.up.toolCalls() == 1 }, "the upstream call")
+	before := cs.callsExcept("Recover")
+	got := make(chan wireTask, 1)
+	go func() {
+		wt, _ := e.get(alice, task.TaskID)
+		got <- wt
+	}()
+	pollUntil(t, 5*time.Second, func() bool { return testutil.ToFloat64(e.h.m.inflight) == 1 }, "tasks/get to wait")
+	e.up.releaseAll()
+	if wt := <-got; wt.Status != "completed" || wt.PollInterval != 1500 {
+		t.Fatalf("tasks/get = %+v, want completed (reporting the policy's pollInterval 1500)", wt)
+	}
+	if n := diff(cs.callsExcept("Recover"), before)["Get"]; n != 0 {
+		t.Errorf("tasks/get read the store %d times, want 0 (the runner's outcome)", n)
+	}
+	e.h.getHold = 0
+	if wt, _ := e.get(alice, task.TaskID); wt.Status != "completed" {
+		t.Errorf("tasks/get after the end = %+v, want completed", wt)
+	}
+}

@@ -220,6 +220,10 @@ func (h *Handler) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 	defer cancel()
 	switch env.method {
 	case methodTasksGet:
+		if t := h.holdYoungGet(owner, taskID); t != nil {
+			h.rpcResult(rc, env.id, appendTask(make([]byte, 0, 256), t))
+			return
+		}
 		t, err := h.store.Get(ctx, owner, taskID)
 		if err != nil {
 			h.storeError(rc, info, env.id, err)
@@ -367,9 +371,30 @@ func appendTask(dst []byte, t *taskstore.Task) []byte {
 	dst = strconv.AppendInt(dst, t.TTL.Milliseconds(), 10)
 	if t.PollInterval > 0 {
 		dst = append(dst, `,"pollInterval":`...)
-		dst = strconv.AppendInt(dst, t.PollInterval.Milliseconds(), 10)
+		dst = strconv.AppendInt(dst, reportedPollInterval(t, time.Now()).Milliseconds(), 10)
 	}
 	return append(dst, '}')
+}
+
+// The pollInterval reported for a task that still runs starts at
+// pollStart and grows by 1/pollGrowth of the task's age, up to the
+// policy's pollInterval (its bound). A client that follows it learns of
+// the end of a short call within a few milliseconds and of a long one at
+// most about 1/pollGrowth of its age late (a 3 s call: 80 ms), while a
+// call that runs for minutes is polled no more often than the policy says.
+// A terminal task reports the policy's value (nothing is left to poll).
+const (
+	pollStart  = 5 * time.Millisecond
+	pollGrowth = 40
+)
+
+// reportedPollInterval is the pollInterval t reports at now.
+func reportedPollInterval(t *taskstore.Task, now time.Time) time.Duration {
+	if t.PollInterval <= 0 || t.Status.Terminal() {
+		return t.PollInterval
+	}
+	age := max(now.Sub(t.CreatedAt), 0) // replicas' clocks may differ a little
+	return max(min(pollStart+age/pollGrowth, t.PollInterval).Truncate(time.Millisecond), time.Millisecond)
 }
 
 // timeFormat is RFC 3339 in UTC with milliseconds (T-26, T-27).
@@ -860,6 +885,42 @@ func (h *Handler) localSettled(ctx context.Context, owner, taskID string) (*task
 		}
 	}
 }
+
+// holdYoungGet serves a tasks/get of a call that runs in this process and
+// started less than holdYoungFor ago: it waits up to pollStart (getHold) for the call
+// to end and then returns the terminal task the runner stored, so a client
+// polling a short call learns of its end in this answer instead of after a
+// pollInterval and another poll. It returns nil (the caller reads the
+// store) when the call is not local, older, still running after the wait,
+// or when the runner stored no outcome.
+func (h *Handler) holdYoungGet(owner, taskID string) *taskstore.Task {
+	j := h.localJob(owner, taskID)
+	if j == nil || time.Since(j.t.CreatedAt) >= holdYoungFor {
+		return nil
+	}
+	select {
+	case <-j.settled:
+	default:
+		tm := time.NewTimer(h.getHold)
+		defer tm.Stop()
+		select {
+		case <-j.settled:
+		case <-tm.C:
+			return nil
+		case <-h.root.Done():
+			return nil
+		}
+	}
+	if t := j.finalTask; t != nil && time.Now().Before(t.ExpiresAt()) {
+		return t
+	}
+	return nil
+}
+
+// holdYoungFor is the age below which a tasks/get of a local call waits
+// for its end (holdYoungGet): the time the reported pollInterval stays
+// near pollStart.
+const holdYoungFor = pollGrowth * pollStart
 
 // localJob returns the job running taskID in this process if it belongs to
 // owner (else nil: the store path answers a foreign id exactly as an
