@@ -467,7 +467,7 @@ func (h *Handler) roundTrip(ctx context.Context, req *fasthttp.Request) (*upstre
 		if err != nil {
 			return nil, err
 		}
-		c = newUpConn(conn)
+		c = newBgConn(conn)
 	}
 	x := &upstreamCall{h: h, c: c, resp: fasthttp.AcquireResponse()}
 	x.stop = context.AfterFunc(ctx, x.abort)
@@ -476,10 +476,15 @@ func (h *Handler) roundTrip(ctx context.Context, req *fasthttp.Request) (*upstre
 		x.done()
 		return nil, err
 	}
-	if err := req.Write(c.bw); err != nil {
-		return fail(err)
+	bw := bgWriters.Get().(*bufio.Writer)
+	bw.Reset(c)
+	err := req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
 	}
-	if err := c.bw.Flush(); err != nil {
+	bw.Reset(nil)
+	bgWriters.Put(bw)
+	if err != nil {
 		return fail(err)
 	}
 	x.resp.StreamBody = true
@@ -500,6 +505,27 @@ type upConn struct {
 
 func newUpConn(c net.Conn) *upConn {
 	return &upConn{Conn: c, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriter(c)}
+}
+
+// Background calls wait on their connection for as long as the call runs
+// (minutes, for thousands of tasks at once), so their buffers are what an
+// in-flight task costs: a 4 KiB reader (response headers and the stream),
+// no writer of their own (a pooled one writes the request), and a 4 KiB
+// SSE line reader (longer lines are gathered whole).
+const bgReadBuf = 4 << 10
+
+// newBgConn wraps a connection for background calls (bgPool); its bw is
+// nil: roundTrip writes with a writer from bgWriters.
+func newBgConn(c net.Conn) *upConn {
+	return &upConn{Conn: c, br: bufio.NewReaderSize(c, bgReadBuf)}
+}
+
+// bgWriters holds the writers of background requests.
+var bgWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10) }}
+
+// newBgSSEReader reads the SSE answer of a background call.
+func newBgSSEReader(body io.Reader, max int) *sseReader {
+	return &sseReader{br: bufio.NewReaderSize(body, bgReadBuf), max: max}
 }
 
 // connPool keeps idle upstream connections (LIFO). Safe for concurrent use.
@@ -615,7 +641,7 @@ func (h *Handler) readSSEAnswer(ctx context.Context, j *job, cur *upstreamCall, 
 	var lastID string
 	retry := time.Second
 	for resumes := 0; ; resumes++ {
-		r := newSSEReader(body, h.cfg.MaxResultSize)
+		r := newBgSSEReader(body, h.cfg.MaxResultSize)
 		for {
 			ev, err := r.next()
 			if ev != nil && err == nil {
