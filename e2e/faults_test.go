@@ -112,45 +112,59 @@ func (c *rawClient) waitTerminal(id string, timeout time.Duration) wireTask {
 
 // ---- leases ----
 
-// Lease recovery (README "Leases and shutdown"): taskgate A runs a call and
-// is killed with SIGKILL; taskgate B on the same Redis fails the task,
-// saying the call was lost, within about three lease periods, and
-// tasks/result answers -32603 (T-70).
+// Lease recovery (README "Leases, faults and shutdown"): taskgate A runs a
+// call and is killed with SIGKILL; taskgate B on the same redis-server
+// fails the task, saying the call was lost, within the documented bound
+// (--lease after the kill, 15 s by default), and tasks/result answers
+// -32603 (T-70). It runs with the default lease and with a short one; the
+// bound asserted is the documented one plus failoverGrace for the
+// client's polling and the store round trips.
 func TestLeaseRecoveryAfterKill(t *testing.T) {
 	t.Parallel()
-	const lease = 2 * time.Second
-	redisURL := "redis://" + redistest.Start(t)
-	up := startLegacy(t)
-	key := "e2e-lease-owner-key-0123456789ab"
-	a := startTaskgate(t, up.URL, "--redis", redisURL, "--owner-key", key, "--lease", lease.String())
-	b := startTaskgate(t, up.URL, "--redis", redisURL, "--owner-key", key, "--lease", lease.String())
-	stats := newStatsReader(t, up.URL)
-	ca := newRawClient(t, a.URL)
-	ca.header.Set("Authorization", "Bearer lease")
-	ca.initialize()
-	cb := newRawClient(t, b.URL)
-	cb.header, cb.session, cb.version = ca.header, ca.session, ca.version
+	const failoverGrace = 2 * time.Second
+	for _, tc := range []struct {
+		name  string
+		lease time.Duration // 0: the default
+	}{
+		{name: "default", lease: 0},
+		{name: "2s", lease: 2 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			bound, extra := 15*time.Second, []string(nil)
+			if tc.lease > 0 {
+				bound, extra = tc.lease, []string{"--lease", tc.lease.String()}
+			}
+			redisURL := "redis://" + redistest.Start(t)
+			up := startLegacy(t)
+			key := "e2e-lease-owner-key-0123456789ab"
+			args := append([]string{"--redis", redisURL, "--owner-key", key}, extra...)
+			a := startTaskgate(t, up.URL, args...)
+			b := startTaskgate(t, up.URL, args...)
+			stats := newStatsReader(t, up.URL)
+			ca := newRawClient(t, a.URL)
+			ca.header.Set("Authorization", "Bearer lease")
+			ca.initialize()
+			cb := newRawClient(t, b.URL)
+			cb.header, cb.session, cb.version = ca.header, ca.session, ca.version
 
-	tk := ca.createTask("slow", map[string]any{"seconds": 60, "steps": 60}, nil)
-	waitUpstreamRunning(t, stats, 1)
-	a.p.kill() // SIGKILL
-	killed := time.Now()
-	if g := cb.getTask(tk.TaskID); g.Status != "working" {
-		t.Fatalf("right after the kill the task is %s; want working until the lease lapses", g.Status)
-	}
-	g := cb.waitTerminal(tk.TaskID, 3*lease+5*time.Second)
-	took := time.Since(killed)
-	if g.Status != "failed" || !strings.Contains(g.StatusMessage, "lost") {
-		t.Errorf("task after its runner died: %s %q; want failed saying the call was lost", g.Status, g.StatusMessage)
-	}
-	if took > 3*lease+time.Second {
-		t.Errorf("task failed %v after the kill; want within ~3x the %v lease", took, lease)
-	}
-	if took < lease {
-		t.Errorf("task failed %v after the kill, before its %v lease could lapse", took, lease)
-	}
-	if e := cb.rpcErr("tasks/result", map[string]any{"taskId": tk.TaskID}); e.Code != -32603 || !strings.Contains(e.Message, "lost") {
-		t.Errorf("tasks/result of the lost task: %d %q; want -32603 saying the call was lost", e.Code, e.Message)
+			tk := ca.createTask("slow", map[string]any{"seconds": 120, "steps": 120}, nil)
+			waitUpstreamRunning(t, stats, 1)
+			a.p.kill() // SIGKILL
+			killed := time.Now()
+			if g := cb.getTask(tk.TaskID); g.Status != "working" {
+				t.Fatalf("right after the kill the task is %s; want working until the lease lapses", g.Status)
+			}
+			g := cb.waitTerminal(tk.TaskID, bound+failoverGrace)
+			took := time.Since(killed)
+			t.Logf("lease %v: the task failed %v after the kill -9 of its runner", bound, took.Round(10*time.Millisecond))
+			if g.Status != "failed" || !strings.Contains(g.StatusMessage, "lost") {
+				t.Errorf("task after its runner died: %s %q; want failed saying the call was lost", g.Status, g.StatusMessage)
+			}
+			if e := cb.rpcErr("tasks/result", map[string]any{"taskId": tk.TaskID}); e.Code != -32603 || !strings.Contains(e.Message, "lost") {
+				t.Errorf("tasks/result of the lost task: %d %q; want -32603 saying the call was lost", e.Code, e.Message)
+			}
+		})
 	}
 }
 

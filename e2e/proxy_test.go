@@ -422,7 +422,9 @@ func TestHelpListsFlagsAndEnv(t *testing.T) {
 		"owner-key", "allowed-origins", "rewrite-host", "max-body-size", "max-result-size",
 		"max-tasks-per-owner", "list-page-size", "stream-idle-timeout", "stream-max-lifetime",
 		"upstream-idle-conn", "keepalive", "lease", "shutdown-grace", "store-timeout",
-		"queue-max", "task-rate", "task-burst", "direct-io", "procs", "upstream-ca"}
+		"queue-max", "task-rate", "task-burst", "direct-io", "procs", "upstream-ca",
+		"upstream-command", "upstream-env", "upstream-dir", "stdio-max-children", "stdio-idle-timeout",
+		"stdio-init-timeout", "stdio-max-line", "stdio-stop-grace", "stdio-shared"}
 	for _, f := range flags {
 		env := "TASKGATE_" + strings.ToUpper(strings.ReplaceAll(f, "-", "_"))
 		if !strings.Contains(string(out), "--"+f+"  ["+env+"]") {

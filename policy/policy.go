@@ -202,3 +202,19 @@ func (p *Policy) RetriesRequested() bool {
 	}
 	return false
 }
+
+// RuleFor returns the pattern of the first rule matching tool, as written
+// in the file, or "" when none does (Defaults apply). The patterns are a
+// bounded set: metrics use them as labels instead of client-chosen tool
+// names.
+func (p *Policy) RuleFor(tool string) string {
+	if p == nil {
+		return ""
+	}
+	for i := range p.rules {
+		if p.rules[i].glob.match(tool) {
+			return p.rules[i].pattern
+		}
+	}
+	return ""
+}

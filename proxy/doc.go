@@ -17,6 +17,9 @@
 // fasthttp's whole-body timeouts. Sockets use direct system calls (package
 // sysconn) unless Config.NetIO. The rewritten answers (initialize,
 // tools/list) and messages to the upstream go through a fasthttp.HostClient.
+// Every upstream connection is opened by one dial function: TCP to the
+// upstream's host, or Config.Dial, through which a stdio MCP server run by
+// package proxy/stdio is reached in process.
 //
 // Intercepted: initialize and tools/list answers are rewritten in their own
 // framing (package capability); tools/call is checked against the tool

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -8,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -61,8 +63,10 @@ type Config struct {
 	// KeepAlive is the interval of SSE comments on long tasks/result waits.
 	// Default 15s.
 	KeepAlive time.Duration
-	// Lease is the runner's lease on a task; a task whose runner stops
-	// renewing is failed by another replica after it. Default 15s.
+	// Lease bounds how long a task whose runner died (a killed process)
+	// stays working: another process sharing the store fails it at most
+	// Lease after the runner's last renewal (leaseTTL, leaseSkew,
+	// leaseCheck). Default 15s.
 	Lease time.Duration
 	// MaxTasksPerOwner caps an owner's unfinished tasks. Default 100; <0 = none.
 	MaxTasksPerOwner int
@@ -89,6 +93,12 @@ type Config struct {
 	// certificates, ServerName. Default: the system's roots, the URL's host
 	// as ServerName, TLS 1.2 or newer. Unused for an http upstream.
 	UpstreamTLS *tls.Config
+	// Dial, when set, opens every connection to the upstream instead of a
+	// TCP dial of Upstream's host: pass-through, rewritten answers, task
+	// calls, messages to the upstream and PingUpstream all use it. A stdio
+	// upstream (package proxy/stdio) is reached this way, in process.
+	// Upstream must still be an http URL (its path is the MCP endpoint).
+	Dial func(ctx context.Context) (net.Conn, error)
 	// NetIO makes upstream connections plain net.Conns instead of
 	// sysconn.Conns (direct system calls, see package sysconn). Default
 	// false: direct calls, which cost less CPU per request.
@@ -186,6 +196,10 @@ type Handler struct {
 	// storeDownUntil (unix ns) skips session-version lookups for a moment
 	// after one failed, so pass-through does not wait on a dead store.
 	storeDownUntil atomic.Int64
+	// warned holds the sessions already warned about a task call without
+	// MCP-Protocol-Version (warnedOnce).
+	warnedMu sync.Mutex
+	warned   map[string]struct{}
 
 	runq    chan *job     // idle runner goroutines receive jobs here (startJob)
 	closing chan struct{} // closed when Close starts: idle runners exit
@@ -226,6 +240,7 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 	if m == nil {
 		m = NewMetrics(nil)
 	}
+	store = &meteredStore{Store: store, dur: m.storeDur, errs: m.storeErrs}
 	h := &Handler{
 		cfg:     cfg,
 		pol:     pol,
@@ -260,6 +275,9 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 	h.versions.init(8192)
 	h.bindings.max = 8192
 	h.dialTCP = h.dialSocket
+	if cfg.Dial != nil {
+		h.dialTCP = cfg.Dial
+	}
 	h.bgPool = connPool{max: 256, maxIdle: cfg.UpstreamIdleConn}
 	h.passPool = connPool{max: 1024, maxIdle: cfg.UpstreamIdleConn}
 	h.relayBufs.New = func() any { b := make([]byte, 16<<10); return &b }
@@ -316,11 +334,26 @@ func (h *Handler) Close(ctx context.Context) error {
 	return nil
 }
 
+// Lease timing, all derived from Config.Lease (L). A runner renews its
+// task's lease every leaseRenew (L/5), each time to leaseTTL (L/2) ahead.
+// Every process checks every leaseCheck (L/4) and fails a task whose lease
+// ended more than leaseSkew (L/4, the allowance for clock differences
+// between hosts) ago. A runner that dies right after a renewal leaves a
+// lease ending L/2 later; the first check more than L/4 after that comes
+// at most L/4 later still: the task fails at most L after the last
+// renewal, so at most L after the death (and at least 0.55 L after it). A
+// live runner loses its task only when none of its renewals reached the
+// store for 3L/4 (11.25 s by default: three attempts of StoreTimeout).
+func leaseRenew(l time.Duration) time.Duration { return l / 5 }
+func leaseTTL(l time.Duration) time.Duration   { return l / 2 }
+func leaseSkew(l time.Duration) time.Duration  { return l / 4 }
+func leaseCheck(l time.Duration) time.Duration { return l / 4 }
+
 // recoverLoop fails tasks whose runner (in any process sharing the store)
-// stopped renewing its lease, at start and every half lease period.
+// stopped renewing its lease, at start and every leaseCheck.
 func (h *Handler) recoverLoop() {
 	defer h.bg.Done()
-	t := time.NewTicker(h.cfg.Lease / 2)
+	t := time.NewTicker(leaseCheck(h.cfg.Lease))
 	defer t.Stop()
 	for {
 		func() {
@@ -331,12 +364,13 @@ func (h *Handler) recoverLoop() {
 			}()
 			ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
 			defer cancel()
-			lost, err := h.store.Recover(ctx, h.cfg.Lease, msgLeaseLost)
+			lost, err := h.store.Recover(ctx, leaseSkew(h.cfg.Lease), msgLeaseLost)
 			if err != nil && h.root.Err() == nil {
 				h.log.Warn().Err(err).Msg("lease recovery failed")
 			}
 			for _, t := range lost {
-				h.m.tasks.WithLabelValues("lost").Inc()
+				h.taskEvent("lost", t.Tool)
+				h.m.taskDur.WithLabelValues(h.toolLabel(t.Tool), "lost").Observe(time.Since(t.CreatedAt).Seconds())
 				h.log.Warn().Str(logTaskID, t.ID).Str(logOwner, t.Owner).Str("runner", t.Runner).
 					Msg("task failed: its runner stopped renewing the lease")
 			}
@@ -448,7 +482,12 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 	var info reqInfo
 	defer func() {
 		h.m.inflight.Dec()
-		h.finishLog(rc, &info, start)
+		rec := h.record(rc, &info, start)
+		if info.stream != nil {
+			info.stream.handlerDone(rec) // logged when the stream ends
+		} else {
+			h.logRequest(&rec, time.Since(start))
+		}
 		// A whole answer: fasthttp writes it and then reads the next
 		// request (or closes); the read sends it (sysconn.WriteLater).
 		if !rc.Response.IsBodyStream() && !rc.Response.ImmediateHeaderFlush {
@@ -458,6 +497,23 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 		}
 	}()
 
+	if rc.IsConnect() {
+		// A tunnel is not an MCP request; forwarding it would make the
+		// upstream answer a method it never serves (RFC 9110 §9.3.6).
+		info.outcome = "method_not_allowed"
+		rc.Response.Header.Set(fasthttp.HeaderAllow, "GET, POST, DELETE")
+		h.httpRPCError(rc, fasthttp.StatusMethodNotAllowed, nil, codeInvalidRequest, "taskgate: CONNECT is not supported")
+		return
+	}
+	if name := ambiguousHeader(&rc.Request.Header); name != "" {
+		// Two credentials or two session ids: which one taskgate would
+		// use (the first) and which one the upstream would use may
+		// differ, so the request is refused rather than guessed at.
+		info.outcome = "ambiguous_header"
+		h.httpRPCError(rc, fasthttp.StatusBadRequest, nil, codeInvalidRequest, "taskgate: more than one "+name+" header")
+		rc.SetConnectionClose()
+		return
+	}
 	if h.origins != nil {
 		if o := rc.Request.Header.Peek(fasthttp.HeaderOrigin); len(o) > 0 && !h.origins[string(o)] {
 			info.outcome = "origin_denied"
@@ -506,7 +562,7 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 	if env.batch != nil {
 		info.method = "batch"
 		for i := range env.batch {
-			if h.intercepts(env.batch[i].method) {
+			if m := env.batch[i].method; h.intercepts(m) && (m == methodInitialize || h.tasksActive(&rc.Request.Header)) {
 				info.outcome = "batch_refused"
 				h.httpRPCError(rc, fasthttp.StatusBadRequest, nil, codeInvalidRequest,
 					fmt.Sprintf("taskgate: %s cannot be sent in a batch", env.batch[i].method))
@@ -536,6 +592,12 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 	case methodToolsCall:
 		h.toolsCall(rc, &info, &env)
 	case methodTasksGet, methodTasksResult, methodTasksList, methodTasksCancel:
+		if !h.tasksActive(&rc.Request.Header) {
+			// A session not at 2025-11-25 has no tasks from taskgate: the
+			// upstream answers as if taskgate were not there (T-11).
+			h.pass(rc, &info, env.id)
+			return
+		}
 		if !env.isRequest() {
 			info.outcome = "invalid"
 			h.httpRPCError(rc, fasthttp.StatusBadRequest, nil, codeInvalidRequest, "taskgate: "+env.method+" must be a request with an id")
@@ -545,6 +607,17 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 	default:
 		h.pass(rc, &info, env.id)
 	}
+}
+
+// ambiguousHeader returns the name of a header that identifies the caller
+// or its session and appears more than once, or "".
+func ambiguousHeader(hdr *fasthttp.RequestHeader) string {
+	for _, name := range [...]string{fasthttp.HeaderAuthorization, headerSessionID} {
+		if len(hdr.PeekAll(name)) > 1 {
+			return name
+		}
+	}
+	return ""
 }
 
 // intercepts reports whether the proxy handles method itself (and so
@@ -558,26 +631,107 @@ func (h *Handler) intercepts(method string) bool {
 	return false
 }
 
+// outcomeClientGone is the outcome of a request whose client closed the
+// connection before the answer ended.
+const outcomeClientGone = "client_gone"
+
 // reqInfo collects what the request log line and metrics report.
 type reqInfo struct {
 	method  string
 	outcome string
 	taskID  string
+	// stream is set when the answer streams on after the handler
+	// returns (beginStream): the request is logged and counted when the
+	// stream ends, with the stream's outcome and whole duration.
+	stream *streamEnd
 }
 
-func (h *Handler) finishLog(rc *fasthttp.RequestCtx, info *reqInfo, start time.Time) {
-	status := rc.Response.StatusCode()
-	if info.outcome == "" {
-		switch {
-		case status >= 500:
-			info.outcome = "upstream_error"
-		case status >= 400:
-			info.outcome = "http_error"
-		default:
-			info.outcome = "ok"
+// reqRecord is what the request log line reports, copied out of the
+// RequestCtx when the handler returns.
+type reqRecord struct {
+	id         uint64
+	httpMethod string
+	status     int
+	method     string
+	outcome    string
+	session    string // hashed
+	taskID     string
+	start      time.Time
+	ttfb       time.Duration // for streams: until the handler returned
+}
+
+func (h *Handler) record(rc *fasthttp.RequestCtx, info *reqInfo, start time.Time) reqRecord {
+	r := reqRecord{id: rc.ID(), status: rc.Response.StatusCode(), method: info.method, outcome: info.outcome,
+		taskID: info.taskID, start: start}
+	if h.log.GetLevel() <= zerolog.WarnLevel {
+		r.httpMethod = string(rc.Method())
+		if sid := rc.Request.Header.Peek(headerSessionID); len(sid) > 0 {
+			r.session = h.hashShort(sid)
 		}
 	}
-	h.m.requests.WithLabelValues(metricMethod(info.method), info.outcome).Inc()
+	return r
+}
+
+// streamEnd logs and counts a streamed request once both its handler
+// returned (handlerDone: the record) and its stream ended (end: the
+// outcome), in whichever order they come (fasthttp may run a stream
+// writer before the handler returns).
+type streamEnd struct {
+	h        *Handler
+	rec      reqRecord
+	outcome  string
+	arrivals atomic.Int32
+}
+
+// beginStream marks info's answer as a stream logged at its end; the
+// stream must call end exactly once.
+func (h *Handler) beginStream(info *reqInfo) *streamEnd {
+	h.m.openStreams.Inc()
+	se := &streamEnd{h: h}
+	info.stream = se
+	return se
+}
+
+func (se *streamEnd) handlerDone(rec reqRecord) {
+	se.rec = rec
+	se.rec.ttfb = time.Since(rec.start)
+	se.arrive()
+}
+
+// end records how the stream ended: "" keeps the request's outcome (from
+// the handler, or its HTTP status), or an outcome such as
+// outcomeClientGone or "rpc_error".
+func (se *streamEnd) end(outcome string) {
+	se.outcome = outcome
+	se.arrive()
+}
+
+func (se *streamEnd) arrive() {
+	if se.arrivals.Add(1) != 2 {
+		return
+	}
+	se.h.m.openStreams.Dec()
+	if se.outcome != "" {
+		se.rec.outcome = se.outcome
+	}
+	se.h.logRequest(&se.rec, time.Since(se.rec.start))
+}
+
+// logRequest counts the request and writes its log line.
+func (h *Handler) logRequest(r *reqRecord, dur time.Duration) {
+	status := r.status
+	if r.outcome == "" {
+		switch {
+		case status >= 500:
+			r.outcome = "upstream_error"
+		case status >= 400:
+			r.outcome = "http_error"
+		default:
+			r.outcome = "ok"
+		}
+	}
+	h.m.requests.WithLabelValues(metricMethod(r.method), r.outcome).Inc()
+	h.m.requestDur.WithLabelValues(metricMethod(r.method)).Observe(dur.Seconds())
 	lvl := zerolog.InfoLevel
 	if status >= 500 {
 		lvl = zerolog.WarnLevel
@@ -586,22 +740,28 @@ func (h *Handler) finishLog(rc *fasthttp.RequestCtx, info *reqInfo, start time.T
 	if !e.Enabled() {
 		return
 	}
-	e = e.Uint64(logReqID, rc.ID()).
-		Str(logHTTPMethod, string(rc.Method())).
+	e = e.Uint64(logReqID, r.id).
+		Str(logHTTPMethod, r.httpMethod).
 		Int(logStatus, status).
-		Str(logOutcome, info.outcome).
-		Dur(logDuration, time.Since(start))
-	if info.method != "" {
-		e = e.Str(logRPCMethod, info.method)
+		Str(logOutcome, r.outcome).
+		Float64(logDuration, ms(dur))
+	if r.ttfb > 0 {
+		e = e.Float64(logTTFB, ms(r.ttfb))
 	}
-	if sid := rc.Request.Header.Peek(headerSessionID); len(sid) > 0 {
-		e = e.Str(logSession, h.hashShort(sid))
+	if r.method != "" {
+		e = e.Str(logRPCMethod, r.method)
 	}
-	if info.taskID != "" {
-		e = e.Str(logTaskID, info.taskID)
+	if r.session != "" {
+		e = e.Str(logSession, r.session)
+	}
+	if r.taskID != "" {
+		e = e.Str(logTaskID, r.taskID)
 	}
 	e.Msg("request")
 }
+
+// ms is d in milliseconds with microsecond precision.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // Log field names (each used once per line: zerolog keeps duplicates).
 const (
@@ -609,12 +769,15 @@ const (
 	logHTTPMethod = "http_method"
 	logStatus     = "status"
 	logOutcome    = "outcome"
-	logDuration   = "dur"
+	logDuration   = "dur_ms"  // until the answer ended (streams: its last byte)
+	logTTFB       = "ttfb_ms" // streams: until the answer's headers were ready
 	logRPCMethod  = "rpc_method"
 	logSession    = "session"
 	logTaskID     = "task_id"
 	logTool       = "tool"
 	logOwner      = "owner"
+	logErrorKind  = "error_kind"
+	logPeer       = "peer"
 )
 
 const (
@@ -646,27 +809,71 @@ func (h *Handler) rpcResult(rc *fasthttp.RequestCtx, id, result []byte) {
 
 // ErrorHandler answers errors fasthttp finds before the handler runs (body
 // too large, malformed HTTP) with a JSON-RPC error. Set it as
-// fasthttp.Server.ErrorHandler.
+// fasthttp.Server.ErrorHandler. The log line names the kind of error and
+// the peer, never the error's text: fasthttp puts the raw request buffer
+// (tokens, bodies) into it.
 func (h *Handler) ErrorHandler(rc *fasthttp.RequestCtx, err error) {
-	status, code, msg := fasthttp.StatusBadRequest, codeInvalidRequest, "taskgate: malformed HTTP request"
-	var tooLarge bool
-	if errors.Is(err, fasthttp.ErrBodyTooLarge) {
-		tooLarge = true
-	}
-	if tooLarge {
-		status = fasthttp.StatusRequestEntityTooLarge
+	kind, status := requestErrorKind(err)
+	msg := "taskgate: malformed HTTP request (" + kind + ")"
+	switch status {
+	case fasthttp.StatusRequestEntityTooLarge:
 		msg = fmt.Sprintf("taskgate: request body exceeds the limit of %d bytes", h.cfg.MaxBodySize)
+	case fasthttp.StatusRequestHeaderFieldsTooLarge:
+		msg = "taskgate: request header too large"
+	case fasthttp.StatusRequestTimeout:
+		msg = "taskgate: request not received in time"
 	}
-	h.m.requests.WithLabelValues("", map[bool]string{true: "too_large", false: "malformed"}[tooLarge]).Inc()
-	h.log.Warn().Int(logStatus, status).Err(err).Msg("request refused")
-	h.httpRPCError(rc, status, nil, code, msg)
+	outcome := "malformed"
+	if kind == kindBodyTooLarge {
+		outcome = "too_large"
+	}
+	h.m.requests.WithLabelValues("", outcome).Inc()
+	h.log.Warn().Int(logStatus, status).Str(logErrorKind, kind).Str(logPeer, rc.RemoteAddr().String()).Msg("request refused")
+	h.httpRPCError(rc, status, nil, codeInvalidRequest, msg)
 	rc.SetConnectionClose()
+	if kind == kindBodyTooLarge {
+		h.answerBeforeClose(rc)
+	}
+}
+
+// Draining an oversized body after its 413: at most drainMax bytes, for at
+// most drainFor.
+const (
+	drainMax = 64 << 20
+	drainFor = 2 * time.Second
+)
+
+// answerBeforeClose sends the answer in rc.Response now, ends the
+// connection's write side and reads what the client still sends of its
+// body before fasthttp closes the connection. fasthttp refuses an
+// oversized body without reading it; closing a socket with unread data
+// makes the kernel send a reset, which discards the answer from the
+// client's receive buffer before the client (still busy sending) reads
+// it. fasthttp's own write of the answer, after this, fails on the closed
+// write side and is dropped. Without a way to end the write side (a test
+// pipe), nothing happens here.
+func (h *Handler) answerBeforeClose(rc *fasthttp.RequestCtx) {
+	c := rc.Conn()
+	cw, ok := c.(interface{ CloseWrite() error })
+	if !ok {
+		return
+	}
+	bw := bufio.NewWriterSize(c, 512)
+	if rc.Response.Write(bw) != nil || bw.Flush() != nil || cw.CloseWrite() != nil {
+		return
+	}
+	n := int64(drainMax)
+	if cl := rc.Request.Header.ContentLength(); cl >= 0 {
+		n = min(n, int64(cl))
+	}
+	_ = c.SetReadDeadline(time.Now().Add(drainFor))
+	_, _ = io.CopyN(io.Discard, c, n)
 }
 
 // PingUpstream checks that the upstream accepts TCP connections and, when
 // it is https, completes a TLS handshake that taskgate trusts.
 func (h *Handler) PingUpstream(ctx context.Context) error {
-	c, err := h.dialer.DialContext(ctx, "tcp", h.upAddr)
+	c, err := h.dialTCP(ctx)
 	if err != nil {
 		return err
 	}
@@ -677,6 +884,10 @@ func (h *Handler) PingUpstream(ctx context.Context) error {
 	}
 	return c.Close()
 }
+
+// SessionLabel is what taskgate's logs show instead of the session id sid
+// (a keyed hash), for components that log sessions too.
+func (h *Handler) SessionLabel(sid []byte) string { return h.hashShort(sid) }
 
 // upstreamIDPrefix starts the JSON-RPC ids of taskgate's own upstream
 // requests, followed by 128 random bits (P-07, E-45).

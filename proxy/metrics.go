@@ -1,21 +1,39 @@
 package proxy
 
 import (
+	"runtime"
+	"runtime/debug"
 	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Metrics are the Prometheus collectors of a Handler. Create them once per
-// registry with NewMetrics.
+// registry with NewMetrics. Labels are bounded: method is a known MCP
+// method or "other"; tool is the pattern of the policy rule the tool
+// matched (as written in the policy file), "other" for tools no rule
+// names, or "none" for events without a tool.
 type Metrics struct {
 	requests        *prometheus.CounterVec
+	requestDur      *prometheus.HistogramVec
 	upstreamLatency *prometheus.HistogramVec
 	inflight        prometheus.Gauge
+	openStreams     prometheus.Gauge
+	waiters         prometheus.Gauge
 	tasks           *prometheus.CounterVec
+	taskDur         *prometheus.HistogramVec
+	callDur         *prometheus.HistogramVec
+	rateLimited     prometheus.Counter
+	buildInfo       *prometheus.GaugeVec
+	storeDur        *prometheus.HistogramVec
+	storeErrs       *prometheus.CounterVec
 	running         prometheus.GaugeFunc
 	runningNow      atomic.Int64
 }
+
+// Buckets of the task and background call durations: tasks run for
+// seconds to hours.
+var longBuckets = []float64{.1, .5, 1, 5, 10, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600}
 
 // NewMetrics creates the collectors and registers them with reg (nil: not
 // registered, e.g. in tests).
@@ -23,8 +41,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "taskgate_requests_total",
-			Help: "Requests by JSON-RPC method and outcome.",
+			Help: "Client requests by JSON-RPC method and outcome, counted when the answer ended (streams included).",
 		}, []string{"method", "outcome"}),
+		requestDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "taskgate_request_duration_seconds",
+			Help:    "Client request duration until the answer ended (a stream's whole life), by JSON-RPC method.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300, 1800, 3600},
+		}, []string{"method"}),
 		upstreamLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "taskgate_upstream_latency_seconds",
 			Help:    "Time until the upstream's response headers, by JSON-RPC method.",
@@ -32,21 +55,82 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"method"}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "taskgate_inflight_requests",
-			Help: "Client requests being served.",
+			Help: "Client requests whose handler is running (a streamed answer leaves it when its headers are ready).",
+		}),
+		openStreams: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "taskgate_open_streams",
+			Help: "Streamed answers being sent to clients (GET streams, SSE answers, tasks/result streams).",
+		}),
+		waiters: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "taskgate_result_waiters",
+			Help: "tasks/result requests waiting for their task to end.",
 		}),
 		tasks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "taskgate_tasks_total",
-			Help: "Task lifecycle events (created, completed, failed, cancelled, dropped, refused).",
-		}, []string{"event"}),
+			Help: "Task lifecycle events (created, completed, failed, cancelled, lost, expired, dropped, refused, rate_limited, lookup_miss) by tool.",
+		}, []string{"event", "tool"}),
+		taskDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "taskgate_task_duration_seconds",
+			Help:    "Task duration from creation to its terminal status, by tool and outcome (completed, failed, cancelled, lost).",
+			Buckets: longBuckets,
+		}, []string{"tool", "outcome"}),
+		callDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "taskgate_task_upstream_call_seconds",
+			Help:    "Duration of background upstream calls of tasks, from sending the call to its final answer, by tool.",
+			Buckets: longBuckets,
+		}, []string{"tool"}),
+		rateLimited: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "taskgate_rate_limited_total",
+			Help: "Task operations refused by the per-owner rate limit.",
+		}),
+		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "taskgate_build_info",
+			Help: "Always 1; labels name the taskgate version and the Go version that built it.",
+		}, []string{"version", "goversion"}),
+		storeDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "taskgate_store_op_duration_seconds",
+			Help:    "Task store operation latency, by operation (create, get, finish, cancel, outcome, list, renew, recover, enqueue, drain, answer).",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 3},
+		}, []string{"op"}),
+		storeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "taskgate_store_errors_total",
+			Help: "Task store operations that failed (unreachable, timed out, bad reply; not found and similar answers excluded), by operation.",
+		}, []string{"op"}),
 	}
 	m.running = prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "taskgate_tasks_running",
 		Help: "Background task calls running in this process.",
 	}, func() float64 { return float64(m.runningNow.Load()) })
+	version := "devel"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		version = bi.Main.Version
+	}
+	m.buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 	if reg != nil {
-		reg.MustRegister(m.requests, m.upstreamLatency, m.inflight, m.tasks, m.running)
+		reg.MustRegister(m.collectors()...)
 	}
 	return m
+}
+
+func (m *Metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.requests, m.requestDur, m.upstreamLatency, m.inflight, m.openStreams, m.waiters,
+		m.tasks, m.taskDur, m.callDur, m.rateLimited, m.buildInfo, m.storeDur, m.storeErrs, m.running}
+}
+
+// toolLabel bounds the tool label: the policy rule's pattern, else "other".
+func (h *Handler) toolLabel(tool string) string {
+	if tool == "" {
+		return "none"
+	}
+	if p := h.pol.RuleFor(tool); p != "" {
+		return p
+	}
+	return "other"
+}
+
+// taskEvent counts a task lifecycle event of tool ("" when unknown).
+func (h *Handler) taskEvent(event, tool string) {
+	h.m.tasks.WithLabelValues(event, h.toolLabel(tool)).Inc()
 }
 
 // metricMethod bounds label cardinality: client-chosen method names are not

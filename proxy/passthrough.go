@@ -135,7 +135,7 @@ func (h *Handler) prepareUpstream(rc *fasthttp.RequestCtx, req *fasthttp.Request
 func (h *Handler) pass(rc *fasthttp.RequestCtx, info *reqInfo, id []byte) {
 	h.prepareUpstream(rc, &rc.Request)
 	start := time.Now()
-	err := h.relay(rc)
+	err := h.relay(rc, info)
 	h.m.upstreamLatency.WithLabelValues(metricMethod(info.method)).Observe(time.Since(start).Seconds())
 	if err != nil {
 		h.upstreamFailed(rc, info, id, err)

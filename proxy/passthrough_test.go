@@ -713,9 +713,9 @@ func TestRequestRefusals(t *testing.T) {
 		{name: "null id request", body: `{"jsonrpc":"2.0","id":null,"method":"ping"}`, wantStatus: 400, wantCode: codeInvalidRequest},
 		{name: "not an object", body: `[1]`, wantStatus: 400, wantCode: codeInvalidRequest},
 		{name: "empty batch", body: `[]`, wantStatus: 400, wantCode: codeInvalidRequest},
-		{name: "batch with tools/call", body: `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x"}}]`, wantStatus: 400, wantCode: codeInvalidRequest},
+		{name: "batch with tools/call", body: `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x"}}]`, headers: []string{"Mcp-Protocol-Version", "2025-11-25"}, wantStatus: 400, wantCode: codeInvalidRequest},
 		{name: "batch with initialize", body: `[{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}]`, wantStatus: 400, wantCode: codeInvalidRequest},
-		{name: "batch with tasks/get", body: `[{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"x"}}]`, wantStatus: 400, wantCode: codeInvalidRequest},
+		{name: "batch with tasks/get", body: `[{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"x"}}]`, headers: []string{"Mcp-Protocol-Version", "2025-11-25"}, wantStatus: 400, wantCode: codeInvalidRequest},
 		{name: "foreign Origin (H-02)", body: `{"jsonrpc":"2.0","id":1,"method":"ping"}`, headers: []string{"Origin", "https://evil.example"}, wantStatus: 403, wantCode: codeInvalidRequest},
 	}
 	for _, tc := range tests {

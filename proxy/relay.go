@@ -5,9 +5,12 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/taskgate/taskgate/proxy/sysconn"
 )
 
 // relay sends rc.Request (prepared by prepareUpstream) to the upstream on a
@@ -28,7 +31,7 @@ import (
 //
 // A request is never replayed (STYLE pitfall 13): an error after the
 // request may have reached the upstream is returned to the caller.
-func (h *Handler) relay(rc *fasthttp.RequestCtx) error {
+func (h *Handler) relay(rc *fasthttp.RequestCtx, info *reqInfo) error {
 	req := &rc.Request
 	c := h.passPool.get()
 	if c == nil {
@@ -73,6 +76,12 @@ func (h *Handler) relay(rc *fasthttp.RequestCtx) error {
 	default:
 		resp.Header.CopyTo(&rc.Response.Header)
 		r.body = body
+		// A client that leaves a streamed answer (a GET stream, a long
+		// POST answer) must be seen at once, not at the next failed
+		// write: closing the upstream connection then tells the upstream
+		// too, which stops sending into a stream nobody reads.
+		r.unwatch = sysconn.WatchClose(rc.Conn(), r.clientGone)
+		r.se = h.beginStream(info)
 		rc.Response.SetBodyStream(r, resp.Header.ContentLength())
 		return nil
 	}
@@ -211,6 +220,21 @@ type relayed struct {
 	body     io.Reader
 	reusable bool
 	eof      bool
+	// unwatch ends the watch on the client connection (nil: none).
+	unwatch func()
+	// left is set when the client closed its connection mid-answer.
+	left atomic.Bool
+	// se logs and counts the request when a streamed answer ends.
+	se *streamEnd
+}
+
+// clientGone runs on the watch's goroutine when the client left a streamed
+// answer: closing the upstream connection ends the server goroutine's
+// read of the body (fasthttp then closes the stream: release) and shows
+// the upstream the client's close.
+func (r *relayed) clientGone() {
+	r.left.Store(true)
+	_ = r.c.Close()
 }
 
 func (r *relayed) Read(p []byte) (int, error) {
@@ -229,9 +253,24 @@ func (r *relayed) Close() error {
 }
 
 func (r *relayed) release() {
+	if r.unwatch != nil {
+		r.unwatch()
+		r.unwatch = nil
+	}
 	_ = r.resp.CloseBodyStream()
 	fasthttp.ReleaseResponse(r.resp)
-	if r.eof && r.reusable && r.c.br.Buffered() == 0 {
+	if r.se != nil {
+		switch {
+		case r.left.Load():
+			r.se.end(outcomeClientGone)
+		case !r.eof:
+			r.se.end("stream_cut") // upstream closed, idle or lifetime limit, client write failed
+		default:
+			r.se.end("")
+		}
+		r.se = nil
+	}
+	if r.eof && r.reusable && r.c.br.Buffered() == 0 && !r.left.Load() {
 		r.h.passPool.put(r.c)
 	} else {
 		_ = r.c.Close()

@@ -247,7 +247,9 @@ func (h *Handler) run(j *job) {
 				res = callResult{status: taskstore.Failed, msg: "taskgate internal error while running the call", out: taskstore.Outcome{Kind: taskstore.OutcomeInternal}}
 			}
 		}()
+		callStart := time.Now()
 		res = h.callUpstream(ctx, j)
+		h.m.callDur.WithLabelValues(h.toolLabel(j.t.Tool)).Observe(time.Since(callStart).Seconds())
 	}()
 	cause := context.Cause(ctx)
 	j.stopSupervision()
@@ -261,7 +263,7 @@ func (h *Handler) run(j *job) {
 	case errors.Is(cause, errExpired):
 		j.settle() // the task is gone from the store
 		h.notifyCancelled(j, "task ttl passed")
-		h.m.tasks.WithLabelValues("expired").Inc()
+		h.taskEvent("expired", j.t.Tool)
 		j.log.Info().Msg("task expired while running; upstream call cancelled")
 		return
 	case errors.Is(cause, errTimeout):
@@ -298,7 +300,7 @@ func (h *Handler) superviseRun(j *job) {
 	}
 	deadline := time.NewTimer(time.Until(j.deadline))
 	defer deadline.Stop()
-	renew := time.NewTicker(h.cfg.Lease / 3)
+	renew := time.NewTicker(leaseRenew(h.cfg.Lease))
 	defer renew.Stop()
 	reread := func() bool {
 		sctx, c := context.WithTimeout(ctx, h.cfg.StoreTimeout)
@@ -339,7 +341,7 @@ func (h *Handler) superviseRun(j *job) {
 		case <-renew.C:
 			h.deliverAnswers(ctx, j, true) // in case a wake-up was missed
 			sctx, c := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-			st, err := h.store.Renew(sctx, t.Owner, t.ID, h.cfg.Lease)
+			st, err := h.store.Renew(sctx, t.Owner, t.ID, leaseTTL(h.cfg.Lease))
 			c()
 			if check(st, err) {
 				return
@@ -380,13 +382,14 @@ func (h *Handler) finish(j *job, res callResult) {
 	}
 	switch {
 	case err == nil:
-		h.m.tasks.WithLabelValues(string(res.status)).Inc()
+		h.taskEvent(string(res.status), j.t.Tool)
+		h.m.taskDur.WithLabelValues(h.toolLabel(j.t.Tool), string(res.status)).Observe(time.Since(j.t.CreatedAt).Seconds())
 		j.log.Info().Str("status", string(res.status)).Str("status_message", res.msg).Msg("task finished")
 	case errors.Is(err, taskstore.ErrTerminal):
-		h.m.tasks.WithLabelValues("dropped").Inc()
+		h.taskEvent("dropped", j.t.Tool)
 		j.log.Info().Msg("late upstream outcome dropped: task already terminal")
 	case errors.Is(err, taskstore.ErrNotFound):
-		h.m.tasks.WithLabelValues("dropped").Inc()
+		h.taskEvent("dropped", j.t.Tool)
 		j.log.Info().Msg("upstream outcome dropped: task expired")
 	default:
 		j.log.Error().Err(err).Msg("recording the task outcome failed; lease recovery will fail the task")

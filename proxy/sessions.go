@@ -289,7 +289,8 @@ func (h *Handler) cancelOwnerTasks(owner, msg string) {
 			if v, ok := h.jobs.Load(tasks[i].ID); ok {
 				v.(*job).cancel(errCancelledByClient)
 			}
-			h.m.tasks.WithLabelValues("cancelled").Inc()
+			h.taskEvent("cancelled", tasks[i].Tool)
+			h.m.taskDur.WithLabelValues(h.toolLabel(tasks[i].Tool), "cancelled").Observe(time.Since(tasks[i].CreatedAt).Seconds())
 			h.log.Info().Str(logTaskID, tasks[i].ID).Str(logOwner, owner).Msg("task cancelled: its session ended")
 		}
 		if next == "" {

@@ -6,10 +6,12 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
@@ -289,12 +291,28 @@ func (h *Handler) getStream(rc *fasthttp.RequestCtx, info *reqInfo) {
 	info.outcome = "stream"
 	rc.Response.ImmediateHeaderFlush = true
 	sess := h.sessionKey(sid)
+	conn := rc.Conn()
+	se := h.beginStream(info)
 	h.wg.Add(1)
 	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer h.wg.Done()
+		var left atomic.Bool
+		defer func() {
+			if left.Load() {
+				se.end(outcomeClientGone)
+			} else {
+				se.end("")
+			}
+		}()
 		defer done()
 		defer cancel()
-		h.mergeStream(w, upstream, abort, owner, sess)
+		// A client that closes the stream is seen at once (not at the
+		// next keep-alive write): the upstream stream is closed with it,
+		// so the upstream sends its messages on a POST stream instead.
+		sctx, scancel := context.WithCancel(h.root)
+		defer scancel()
+		defer sysconn.WatchClose(conn, func() { left.Store(true); scancel(); abort() })()
+		h.mergeStream(sctx, w, upstream, abort, owner, sess)
 	})
 }
 
@@ -304,10 +322,10 @@ func (h *Handler) getStream(rc *fasthttp.RequestCtx, info *reqInfo) {
 // questions of the upstream's own stream, attributeQuestion). It reads
 // upstream in a goroutine; on return it aborts the upstream connection and
 // waits for that goroutine, so the caller may release the response
-// afterwards. Questions it delivered that are still unanswered when it ends
+// afterwards; it ends with ctx too (the client left). Questions it delivered that are still unanswered when it ends
 // are queued again (redeliverOpen).
-func (h *Handler) mergeStream(w *bufio.Writer, upstream io.Reader, abort func(), owner, sess string) {
-	ctx, cancel := context.WithCancel(h.root)
+func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.Reader, abort func(), owner, sess string) {
+	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	group := streamGroup(owner)
 	wctx, wcancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)

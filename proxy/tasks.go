@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/taskgate/taskgate/policy"
+	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
@@ -32,6 +34,9 @@ const (
 // calls into tasks; plain calls of allowed tools pass through.
 func (h *Handler) toolsCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) {
 	if env.id == nil || !h.tasksActive(&rc.Request.Header) {
+		if env.id != nil && len(rc.Request.Header.Peek(headerProtocolVersion)) == 0 {
+			h.noVersionTaskCall(rc, info, env)
+		}
 		h.pass(rc, info, env.id)
 		return
 	}
@@ -74,6 +79,54 @@ func (h *Handler) toolsCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 	h.createTask(rc, info, env, name, st, task)
 }
 
+// noVersionTaskCall handles a task-augmented tools/call without the
+// MCP-Protocol-Version header. Such a request is at 2025-03-26, which has
+// no tasks, so it is served as a plain call: the upstream runs it and the
+// client gets its result in the answer (a valid answer to a task request
+// the receiver does not serve as a task). Since the client evidently
+// wanted a task, taskgate says why it did not make one: a warning once per
+// session (or per owner without one), and the outcome
+// "task_without_version" on taskgate_requests_total.
+func (h *Handler) noVersionTaskCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) {
+	if env.params == nil {
+		return
+	}
+	vals, err := members(env.params, "task")
+	if err != nil || vals[0] == nil || string(vals[0]) == "null" {
+		return
+	}
+	info.outcome = "task_without_version"
+	key := rc.Request.Header.Peek(headerSessionID)
+	if len(key) == 0 {
+		key = rc.Request.Header.Peek(fasthttp.HeaderAuthorization)
+	}
+	id := h.hashShort(key)
+	if !h.warnedOnce(id) {
+		return
+	}
+	h.log.Warn().Str(logSession, id).
+		Msg("task-augmented tools/call without the MCP-Protocol-Version header: served as a plain call, no task " +
+			"(a request without the header is at 2025-03-26, which has no tasks); the client must send MCP-Protocol-Version: 2025-11-25")
+}
+
+// maxWarned bounds the sessions remembered by warnedOnce; beyond it the
+// memory is cleared and warnings may repeat.
+const maxWarned = 4096
+
+// warnedOnce reports whether key is seen for the first time.
+func (h *Handler) warnedOnce(key string) bool {
+	h.warnedMu.Lock()
+	defer h.warnedMu.Unlock()
+	if h.warned == nil || len(h.warned) >= maxWarned {
+		h.warned = make(map[string]struct{})
+	}
+	if _, ok := h.warned[key]; ok {
+		return false
+	}
+	h.warned[key] = struct{}{}
+	return true
+}
+
 // createTask stores a new working task, starts its runner and answers with
 // CreateTaskResult without waiting for the upstream (T-14, E-07).
 func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, tool string, st policy.Settings, task []byte) {
@@ -96,7 +149,7 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 		return
 	}
 	if !h.tools.acquire(tool, st.MaxConcurrent) {
-		h.m.tasks.WithLabelValues("refused").Inc()
+		h.taskEvent("refused", tool)
 		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, fmt.Sprintf(
 			"taskgate: tool %q already runs %d task calls here (policy maxConcurrent); retry later", tool, st.MaxConcurrent)))
 		return
@@ -145,12 +198,12 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 	req.SetBody(body)
 
 	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
-	err = h.store.Create(ctx, t, taskstore.CreateOptions{MaxPerOwner: max(h.cfg.MaxTasksPerOwner, 0), Lease: h.cfg.Lease})
+	err = h.store.Create(ctx, t, taskstore.CreateOptions{MaxPerOwner: max(h.cfg.MaxTasksPerOwner, 0), Lease: leaseTTL(h.cfg.Lease)})
 	cancel()
 	if err != nil {
 		h.tools.release(tool)
 		fasthttp.ReleaseRequest(req)
-		h.m.tasks.WithLabelValues("refused").Inc()
+		h.taskEvent("refused", tool)
 		switch {
 		case errors.Is(err, taskstore.ErrOwnerLimit):
 			h.rpcError(rc, info, env.id, newRPCError(codeInternalError, fmt.Sprintf(
@@ -162,7 +215,7 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 		}
 		return
 	}
-	h.m.tasks.WithLabelValues("created").Inc()
+	h.taskEvent("created", tool)
 	h.log.Info().Str(logTaskID, id).Str(logOwner, owner).Str(logTool, tool).
 		Dur("ttl", t.TTL).Msg("task created")
 	j := newJob(h.root, &h.log, t, req, st, group, upSess)
@@ -246,7 +299,8 @@ func (h *Handler) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 			// sees the store's wake-up.
 			v.(*job).cancel(errCancelledByClient)
 		}
-		h.m.tasks.WithLabelValues("cancelled").Inc()
+		h.taskEvent("cancelled", t.Tool)
+		h.m.taskDur.WithLabelValues(h.toolLabel(t.Tool), "cancelled").Observe(time.Since(t.CreatedAt).Seconds())
 		h.log.Info().Str(logTaskID, taskID).Str(logOwner, owner).Msg("task cancelled")
 		h.rpcResult(rc, env.id, appendTask(make([]byte, 0, 256), t))
 	case methodTasksResult:
@@ -263,6 +317,7 @@ func (h *Handler) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 		}
 		if t.Status.Terminal() {
 			h.writeOutcome(rc, env.id, t, out)
+			info.outcome = answerOutcome(t, out)
 			return
 		}
 		h.awaitResult(rc, info, append([]byte(nil), env.id...), owner, taskID, acceptsSSE(&rc.Request.Header))
@@ -326,7 +381,8 @@ func (h *Handler) allowTaskOp(rc *fasthttp.RequestCtx, info *reqInfo, id []byte,
 	if ok {
 		return true
 	}
-	h.m.tasks.WithLabelValues("rate_limited").Inc()
+	h.taskEvent("rate_limited", "")
+	h.m.rateLimited.Inc()
 	secs := int(wait/time.Second) + 1
 	h.rpcError(rc, info, id, newRPCError(codeInternalError, fmt.Sprintf(
 		"taskgate: too many task operations (limit %g/s per caller); retry in %ds", h.cfg.TaskRate, secs)))
@@ -339,7 +395,7 @@ func (h *Handler) allowTaskOp(rc *fasthttp.RequestCtx, info *reqInfo, id []byte,
 func (h *Handler) storeError(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, err error) {
 	switch {
 	case errors.Is(err, taskstore.ErrNotFound):
-		h.m.tasks.WithLabelValues("lookup_miss").Inc()
+		h.taskEvent("lookup_miss", "")
 		if owner, _ := h.owner(&rc.Request.Header); owner != "" {
 			h.limiter.charge(owner, missCost-1) // E-42: misses cost more
 		}
@@ -404,6 +460,16 @@ const timeFormat = "2006-01-02T15:04:05.000Z"
 // the upstream result with related-task _meta (T-36..T-40), the upstream
 // error verbatim (T-38, Q-02), or -32603 for cancelled tasks and
 // calls that produced no upstream answer.
+// answerOutcome is the request outcome of a tasks/result answered with
+// appendOutcome: "rpc_error" when the answer is a JSON-RPC error, "" (ok)
+// when it is a result.
+func answerOutcome(t *taskstore.Task, out *taskstore.Outcome) string {
+	if t.Status == taskstore.Cancelled || out == nil || out.Kind != taskstore.OutcomeResult {
+		return "rpc_error"
+	}
+	return ""
+}
+
 func appendOutcome(dst, id []byte, t *taskstore.Task, out *taskstore.Outcome) []byte {
 	switch {
 	case t.Status == taskstore.Cancelled:
@@ -474,18 +540,32 @@ func acceptsJSON(hdr *fasthttp.RequestHeader) bool {
 func (h *Handler) awaitResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, owner, taskID string, sse bool) {
 	if !sse {
 		var buf []byte
-		t, out, err := h.waitTerminal(h.root, owner, taskID, nil, nil)
+		// A client that leaves ends the wait at once.
+		ctx, cancel := context.WithCancel(h.root)
+		var left atomic.Bool
+		unwatch := sysconn.WatchClose(rc.Conn(), func() { left.Store(true); cancel() })
+		h.m.waiters.Inc()
+		t, out, err := h.waitTerminal(ctx, owner, taskID, nil, nil)
+		h.m.waiters.Dec()
+		unwatch()
+		cancel()
+		if left.Load() {
+			info.outcome = outcomeClientGone
+			rc.SetConnectionClose()
+			return
+		}
 		if err != nil {
 			h.storeError(rc, info, id, err)
 			return
 		}
 		buf = appendOutcome(buf, id, t, out)
+		info.outcome = answerOutcome(t, out)
 		rc.SetStatusCode(fasthttp.StatusOK)
 		rc.Response.Header.SetContentType("application/json")
 		rc.SetBody(buf)
 		return
 	}
-	h.streamResult(rc, id, owner, taskID)
+	h.streamResult(rc, info, id, owner, taskID)
 }
 
 // localResult answers a tasks/result for a call that runs in this process
@@ -506,13 +586,29 @@ func (h *Handler) localResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte,
 		return
 	}
 	if !j.queued.Load() {
+		// A client that leaves ends the wait at once.
+		ctx, cancel := context.WithCancel(h.root)
+		var left atomic.Bool
+		unwatch := sysconn.WatchClose(rc.Conn(), func() { left.Store(true); cancel() })
 		stream := time.NewTimer(h.cfg.KeepAlive)
-		defer stream.Stop()
-		t, out, settled, err := h.awaitLocal(h.root, j, stream.C)
+		h.m.waiters.Inc()
+		t, out, settled, err := h.awaitLocal(ctx, j, stream.C)
+		h.m.waiters.Dec()
+		stream.Stop()
+		unwatch()
+		cancel()
 		switch {
+		case left.Load():
+			info.outcome = outcomeClientGone
+			rc.SetConnectionClose()
+			return
 		case err != nil:
 			h.storeError(rc, info, id, err)
 			return
+		case settled:
+			info.outcome = answerOutcome(t, out)
+		}
+		switch {
 		case settled && acceptsJSON(hdr):
 			h.writeOutcome(rc, id, t, out)
 			return
@@ -525,7 +621,7 @@ func (h *Handler) localResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte,
 			return
 		}
 	}
-	h.streamLocalResult(rc, id, j)
+	h.streamLocalResult(rc, info, id, j)
 }
 
 // awaitLocal waits until j's runner settles the task (settled true, with
@@ -584,9 +680,9 @@ func (h *Handler) readTerminal(ctx context.Context, owner, taskID string) (*task
 // keep-alive comments and the result from the runner's memory while the
 // task has no queued message, then (once one is queued) the store's wait
 // with the queue drained onto the stream.
-func (h *Handler) streamLocalResult(rc *fasthttp.RequestCtx, id []byte, j *job) {
+func (h *Handler) streamLocalResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, j *job) {
 	owner, taskID := j.t.Owner, j.t.ID
-	h.startResultStream(rc, id, taskID, func(ctx context.Context, w *bufio.Writer, evID string) {
+	h.startResultStream(rc, info, id, taskID, func(ctx context.Context, w *bufio.Writer, evID string, left *atomic.Bool) string {
 		keep := time.NewTicker(h.cfg.KeepAlive)
 		defer keep.Stop()
 		for !j.queued.Load() {
@@ -595,21 +691,26 @@ func (h *Handler) streamLocalResult(rc *fasthttp.RequestCtx, id []byte, j *job) 
 			case err != nil:
 				_, _ = w.Write(appendSSE(nil, evID, resultError(id, err)))
 				_ = w.Flush()
-				return
+				if errors.Is(err, taskstore.ErrNotFound) {
+					return "rpc_error"
+				}
+				return "store_unavailable"
 			case settled:
 				_, _ = w.Write(appendSSE(nil, evID, appendOutcome(nil, id, t, out)))
 				_ = w.Flush()
-				return
+				return answerOutcome(t, out)
+			case left.Load():
+				return outcomeClientGone
 			case ctx.Err() != nil:
-				return // shutting down: the client resumes on another replica
+				return "shutdown" // the client resumes on another replica
 			case j.queued.Load():
 			default:
 				if _, err := w.WriteString(": keep-alive\n\n"); err != nil || w.Flush() != nil {
-					return
+					return outcomeClientGone
 				}
 			}
 		}
-		h.resultStreamBody(ctx, w, evID, id, owner, taskID)
+		return h.resultStreamBody(ctx, w, evID, id, owner, taskID, left)
 	})
 }
 
@@ -639,42 +740,54 @@ func (h *Handler) resumeResult(rc *fasthttp.RequestCtx, info *reqInfo, taskID st
 		h.httpRPCError(rc, status, nil, codeInvalidParams, msgTaskNotFound)
 		return
 	}
-	h.streamResult(rc, rpcID, owner, taskID)
+	h.streamResult(rc, info, rpcID, owner, taskID)
 }
 
 // streamResult answers with an SSE stream that ends with the task's result.
-func (h *Handler) streamResult(rc *fasthttp.RequestCtx, id []byte, owner, taskID string) {
-	h.startResultStream(rc, id, taskID, func(ctx context.Context, w *bufio.Writer, evID string) {
-		h.resultStreamBody(ctx, w, evID, id, owner, taskID)
+func (h *Handler) streamResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, owner, taskID string) {
+	h.startResultStream(rc, info, id, taskID, func(ctx context.Context, w *bufio.Writer, evID string, left *atomic.Bool) string {
+		return h.resultStreamBody(ctx, w, evID, id, owner, taskID, left)
 	})
 }
 
 // startResultStream starts a tasks/result SSE answer: its priming event
 // (H-07: an id and empty data; retry tells the client how soon to resume
-// when the connection drops), then body, which writes the rest.
-func (h *Handler) startResultStream(rc *fasthttp.RequestCtx, id []byte, taskID string, body func(ctx context.Context, w *bufio.Writer, evID string)) {
+// when the connection drops), then body, which writes the rest and returns
+// the request's outcome. A client that leaves ends body's ctx at once (and
+// sets left), and with it the stream's claim to deliver the task's
+// messages (SetListening).
+func (h *Handler) startResultStream(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, taskID string,
+	body func(ctx context.Context, w *bufio.Writer, evID string, left *atomic.Bool) string) {
 	rc.SetStatusCode(fasthttp.StatusOK)
 	rc.Response.Header.SetContentType("text/event-stream")
 	rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
 	rc.Response.ImmediateHeaderFlush = true
 	evID := resultEventID(taskID, id)
+	conn := rc.Conn()
+	se := h.beginStream(info)
 	h.wg.Add(1)
 	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer h.wg.Done()
+		h.m.waiters.Inc()
+		defer h.m.waiters.Dec()
+		outcome := ""
+		defer func() { se.end(outcome) }()
+		var left atomic.Bool
 		ctx, cancel := context.WithCancel(h.root)
 		defer cancel()
+		defer sysconn.WatchClose(conn, func() { left.Store(true); cancel() })()
 		fmt.Fprintf(w, "id: %s\nretry: %d\ndata: \n\n", evID, resumeRetryMs)
 		if w.Flush() != nil {
 			return
 		}
-		body(ctx, w, evID)
+		outcome = body(ctx, w, evID, &left)
 	})
 }
 
 // resultStreamBody waits through the store for the task's end, marked as
 // its listener, delivering its queued messages as they come, and ends the
-// stream with the result.
-func (h *Handler) resultStreamBody(ctx context.Context, w *bufio.Writer, evID string, id []byte, owner, taskID string) {
+// stream with the result. It returns the request's outcome.
+func (h *Handler) resultStreamBody(ctx context.Context, w *bufio.Writer, evID string, id []byte, owner, taskID string, left *atomic.Bool) string {
 	listen := func(ttl time.Duration) {
 		sctx, c := context.WithTimeout(context.Background(), h.cfg.StoreTimeout)
 		_ = h.store.SetListening(sctx, owner, taskID, ttl)
@@ -706,20 +819,25 @@ func (h *Handler) resultStreamBody(ctx context.Context, w *bufio.Writer, evID st
 		h.redeliverOpen(owner, open)
 	}
 	var buf []byte
+	outcome := ""
 	switch {
 	case err == nil:
 		buf = appendOutcome(nil, id, t, out)
+		outcome = answerOutcome(t, out)
 	case errors.Is(err, taskstore.ErrNotFound):
-		buf = resultError(id, err)
-	case errors.Is(err, errClientGone):
-		return
+		buf = appendErrorResponse(nil, id, codeInvalidParams, msgTaskNotFound)
+		outcome = "rpc_error"
+	case errors.Is(err, errClientGone), left.Load():
+		return outcomeClientGone
 	case ctx.Err() != nil:
-		return // shutting down: the client resumes on another replica
+		return "shutdown" // shutting down: the client resumes on another replica
 	default:
-		buf = resultError(id, err)
+		buf = appendErrorResponse(nil, id, codeInternalError, msgStoreUnavailable)
+		outcome = "store_unavailable"
 	}
 	_, _ = w.Write(appendSSE(nil, evID, buf))
 	_ = w.Flush()
+	return outcome
 }
 
 // resumeRetryMs is the SSE retry hint on tasks/result streams.

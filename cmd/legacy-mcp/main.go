@@ -12,9 +12,13 @@
 //
 //	legacy-mcp [--listen 127.0.0.1:3000] [--path /mcp] [--stateless] [--json]
 //	           [--max-protocol-version 2025-11-25] [--log-level info]
+//	legacy-mcp --stdio [--max-protocol-version 2025-11-25] [--log-level info]
 //
 // It prints "listening on http://ADDR/PATH" to stderr once it accepts
-// connections, and shuts down gracefully on SIGINT or SIGTERM.
+// connections, and shuts down gracefully on SIGINT or SIGTERM. With
+// --stdio it serves one client on stdin and stdout instead (newline-
+// delimited JSON-RPC, the SDK's StdioTransport), logs to stderr, and exits
+// when stdin closes: the stdio server taskgate's --upstream-command tests run.
 //
 // Logging uses log/slog rather than zerolog: the SDK takes a *slog.Logger for
 // its own logs, so one handler serves both.
@@ -43,6 +47,7 @@ import (
 type config struct {
 	listen             string        // address to listen on
 	path               string        // URL path of the MCP endpoint
+	stdio              bool          // serve one client on stdin/stdout instead of HTTP
 	stateless          bool          // no sessions: each POST is its own session
 	jsonResponse       bool          // answer POSTs with application/json instead of SSE
 	maxProtocolVersion string        // newest protocol version negotiated or accepted
@@ -67,6 +72,13 @@ func main() {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.logLevel}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if cfg.stdio {
+		if err := runStdio(ctx, cfg, log); err != nil {
+			log.Error("exiting", "err", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(ctx, cfg, log, os.Stderr); err != nil {
 		log.Error("exiting", "err", err)
 		os.Exit(1)
@@ -80,6 +92,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.SetOutput(out)
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:3000", "address to listen on")
 	fs.StringVar(&cfg.path, "path", "/mcp", "URL path of the MCP endpoint")
+	fs.BoolVar(&cfg.stdio, "stdio", false, "serve one client over stdin and stdout (newline-delimited JSON-RPC) instead of HTTP; exits when stdin closes")
 	fs.BoolVar(&cfg.stateless, "stateless", false, "serve without sessions (no Mcp-Session-Id; server-to-client requests such as elicitation fail)")
 	fs.BoolVar(&cfg.jsonResponse, "json", false, "answer POSTs with application/json instead of an SSE stream")
 	fs.StringVar(&cfg.maxProtocolVersion, "max-protocol-version", defaultMaxProtocolVersion,
@@ -148,6 +161,20 @@ func run(ctx context.Context, cfg config, log *slog.Logger, ready io.Writer) err
 	<-closed
 	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
 		return serr
+	}
+	return err
+}
+
+// runStdio serves one session on stdin and stdout until the client closes
+// stdin or ctx is done (SIGINT, SIGTERM).
+func runStdio(ctx context.Context, cfg config, log *slog.Logger) error {
+	root, cancelRoot := context.WithCancel(ctx)
+	defer cancelRoot()
+	server := newServer(root, cfg, log)
+	log.Info("serving on stdio", "max_protocol_version", cfg.maxProtocolVersion, "pid", os.Getpid())
+	err := server.Run(root, &mcp.StdioTransport{})
+	if errors.Is(err, context.Canceled) || errors.Is(err, io.EOF) {
+		return nil
 	}
 	return err
 }

@@ -4,6 +4,7 @@
 // Usage:
 //
 //	taskgate --upstream http://127.0.0.1:3000/mcp [flags]
+//	taskgate --upstream-command 'npx -y @modelcontextprotocol/server-memory' [flags]
 //	taskgate version
 //
 // Every flag can also be set through the environment variable named in
@@ -37,6 +38,7 @@ import (
 
 	"github.com/taskgate/taskgate/policy"
 	"github.com/taskgate/taskgate/proxy"
+	"github.com/taskgate/taskgate/proxy/stdio"
 	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/taskstore"
 )
@@ -62,6 +64,13 @@ type options struct {
 	taskRate                                            float64
 	streamIdle, streamLifetime, upstreamIdleConn        time.Duration
 	keepAlive, lease, shutdownGrace, storeTimeout       time.Duration
+	// stdio upstream (--upstream-command)
+	upstreamCommand, upstreamDir           string
+	upstreamEnv                            []string
+	upstreamEnvBad                         int // 1-based index of the first malformed --upstream-env entry
+	stdioMaxChildren, stdioMaxLine         int
+	stdioIdle, stdioInitTimeout, stdioStop time.Duration
+	stdioShared                            bool
 }
 
 func versionString() string {
@@ -80,7 +89,29 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("taskgate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address the proxy listens on")
-	fs.StringVar(&o.upstream, "upstream", "", "URL of the upstream MCP endpoint, e.g. http://127.0.0.1:3000/mcp (required)")
+	fs.StringVar(&o.upstream, "upstream", "", "URL of the upstream MCP endpoint, e.g. http://127.0.0.1:3000/mcp (this or --upstream-command is required)")
+	fs.StringVar(&o.upstreamCommand, "upstream-command", "", "run a stdio MCP server instead of an HTTP --upstream: program and arguments, split like a shell without expansion, e.g. 'npx -y @modelcontextprotocol/server-memory'; one process per client session")
+	fs.Func("upstream-env", "NAME=VALUE added to the --upstream-command environment (which is taskgate's own); repeatable, or newline-separated in the variable; values are never logged", func(v string) error {
+		for _, kv := range strings.Split(v, "\n") {
+			if kv = strings.TrimSpace(kv); kv == "" {
+				continue
+			}
+			// A malformed entry is reported by validate, not here: the
+			// flag package would echo the value, which may be a secret.
+			if name, _, ok := strings.Cut(kv, "="); (!ok || name == "") && o.upstreamEnvBad == 0 {
+				o.upstreamEnvBad = len(o.upstreamEnv) + 1
+			}
+			o.upstreamEnv = append(o.upstreamEnv, kv)
+		}
+		return nil
+	})
+	fs.StringVar(&o.upstreamDir, "upstream-dir", "", "working directory of the --upstream-command processes; empty = taskgate's")
+	fs.IntVar(&o.stdioMaxChildren, "stdio-max-children", 64, "maximum --upstream-command processes at once (one per client session); initialize gets HTTP 503 above it")
+	fs.DurationVar(&o.stdioIdle, "stdio-idle-timeout", 15*time.Minute, "stop a session's --upstream-command process after this long without a call in flight, an open GET stream or traffic")
+	fs.DurationVar(&o.stdioInitTimeout, "stdio-init-timeout", 30*time.Second, "kill an --upstream-command process that has not answered initialize this long after it started")
+	fs.IntVar(&o.stdioMaxLine, "stdio-max-line", 32<<20, "maximum bytes of one message (line) from an --upstream-command process; longer lines are dropped and the call they answer fails")
+	fs.DurationVar(&o.stdioStop, "stdio-stop-grace", 5*time.Second, "stopping an --upstream-command process: its stdin is closed, then after this SIGTERM, then after this again SIGKILL (whole process group)")
+	fs.BoolVar(&o.stdioShared, "stdio-shared", false, "one --upstream-command process for all client sessions (stateless servers only): taskgate rewrites request ids and progress tokens so answers never cross sessions; requests and notifications the server sends on its own reach no session")
 	fs.StringVar(&o.upstreamCA, "upstream-ca", "", "PEM file of the CA certificates trusted for an https --upstream, instead of the system's")
 	fs.StringVar(&o.redisURL, "redis", "", "task store: redis://, rediss://, redis+cluster:// or redis+sentinel:// URL; empty = embedded in-process store (single process only)")
 	fs.StringVar(&o.configPath, "config", "", "policy file (YAML); empty = defaults (every tool optional)")
@@ -103,12 +134,12 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&o.streamLifetime, "stream-max-lifetime", time.Hour, "maximum lifetime of one proxied SSE stream")
 	fs.DurationVar(&o.upstreamIdleConn, "upstream-idle-conn", 3*time.Second, "close idle upstream keep-alive connections after this (keep below the upstream's idle limit)")
 	fs.DurationVar(&o.keepAlive, "keepalive", 15*time.Second, "interval of SSE keep-alive comments on tasks/result waits")
-	fs.DurationVar(&o.lease, "lease", 15*time.Second, "task lease: a task whose runner stops renewing is failed by another replica after this")
+	fs.DurationVar(&o.lease, "lease", 15*time.Second, "task lease: a task whose runner died is failed by another replica within this (renewed every lease/5)")
 	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long running task calls may finish before they are cancelled and failed")
 	fs.DurationVar(&o.storeTimeout, "store-timeout", 3*time.Second, "bound on each task store operation")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "%s: MCP tasks for MCP servers that lack them.\n\n", versionString())
-		fmt.Fprintf(stderr, "Usage:\n  taskgate --upstream URL [flags]\n  taskgate version\n\nFlags (each also settable as the environment variable shown):\n")
+		fmt.Fprintf(stderr, "Usage:\n  taskgate --upstream URL [flags]\n  taskgate --upstream-command 'PROGRAM ARGS...' [flags]\n  taskgate version\n\nFlags (each also settable as the environment variable shown):\n")
 		fs.VisitAll(func(f *flag.Flag) {
 			def := ""
 			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
@@ -167,8 +198,20 @@ func procsFor(o *options, getenv func(string) string) int {
 
 func (o *options) validate() error {
 	switch {
-	case o.upstream == "":
-		return errors.New("--upstream is required (e.g. --upstream http://127.0.0.1:3000/mcp)")
+	case o.upstream == "" && o.upstreamCommand == "":
+		return errors.New("--upstream is required (e.g. --upstream http://127.0.0.1:3000/mcp), or --upstream-command for a stdio server")
+	case o.upstream != "" && o.upstreamCommand != "":
+		return errors.New("--upstream and --upstream-command exclude each other: give an HTTP upstream or a stdio command")
+	case o.upstreamCommand == "" && (len(o.upstreamEnv) > 0 || o.upstreamDir != "" || o.stdioShared):
+		return errors.New("--upstream-env, --upstream-dir and --stdio-shared need --upstream-command")
+	case o.upstreamCommand != "" && o.upstreamCA != "":
+		return errors.New("--upstream-ca: a stdio --upstream-command has no TLS")
+	case o.upstreamEnvBad > 0:
+		return fmt.Errorf("--upstream-env: entry %d is not NAME=VALUE (its text is not shown: it may be a secret)", o.upstreamEnvBad)
+	case o.stdioMaxChildren <= 0:
+		return errors.New("--stdio-max-children: must be positive")
+	case o.stdioMaxLine <= 0:
+		return errors.New("--stdio-max-line: must be positive")
 	case o.upstreamCA != "" && !strings.HasPrefix(strings.ToLower(o.upstream), "https://"):
 		return errors.New("--upstream-ca: the --upstream is not https")
 	case o.logFormat != "json" && o.logFormat != "console":
@@ -195,7 +238,8 @@ func (o *options) validate() error {
 	for name, d := range map[string]time.Duration{
 		"--stream-idle-timeout": o.streamIdle, "--stream-max-lifetime": o.streamLifetime,
 		"--upstream-idle-conn": o.upstreamIdleConn, "--keepalive": o.keepAlive, "--lease": o.lease,
-		"--store-timeout": o.storeTimeout,
+		"--store-timeout":      o.storeTimeout,
+		"--stdio-idle-timeout": o.stdioIdle, "--stdio-init-timeout": o.stdioInitTimeout, "--stdio-stop-grace": o.stdioStop,
 	} {
 		if d <= 0 {
 			return fmt.Errorf("%s: must be positive", name)
@@ -203,6 +247,11 @@ func (o *options) validate() error {
 	}
 	if o.shutdownGrace < 0 {
 		return errors.New("--shutdown-grace: must not be negative")
+	}
+	if o.upstreamCommand != "" {
+		if _, err := stdio.SplitCommand(o.upstreamCommand); err != nil {
+			return fmt.Errorf("--upstream-command: %w", err)
+		}
 	}
 	if _, err := zerolog.ParseLevel(o.logLevel); err != nil || o.logLevel == "" {
 		return fmt.Errorf("--log-level: %q is not debug, info, warn or error", o.logLevel)
@@ -277,8 +326,26 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	upstream, upstreamName := o.upstream, o.upstream
+	var dial func(context.Context) (net.Conn, error)
+	var children *stdio.Server
+	if o.upstreamCommand != "" {
+		if children, err = newStdio(o, log, reg); err != nil {
+			fmt.Fprintf(stderr, "taskgate: %v\n", err)
+			return 2
+		}
+		defer func() {
+			// Children are stopped last: the handler's Close above sends
+			// cancellations of running calls through them.
+			ctx, cancel := context.WithTimeout(context.Background(), 3*o.stdioStop+5*time.Second)
+			defer cancel()
+			_ = children.Close(ctx)
+		}()
+		upstream, upstreamName, dial = stdio.UpstreamURL, "stdio", children.Dial
+	}
 	h, err := proxy.New(proxy.Config{
-		Upstream:          o.upstream,
+		Upstream:          upstream,
+		Dial:              dial,
 		RewriteHost:       o.rewriteHost,
 		MaxBodySize:       o.maxBodySize,
 		MaxResultSize:     o.maxResultSize,
@@ -302,6 +369,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "taskgate: %v\n", err)
 		return 2
 	}
+	if children != nil {
+		children.SetSessionLabel(h.SessionLabel)
+	}
 
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
@@ -322,7 +392,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		ReadTimeout:           time.Minute, // reading one request; never the response (STYLE pitfall 5)
 		IdleTimeout:           2 * time.Minute,
 		CloseOnShutdown:       true,
-		Logger:                fasthttpLogger{log},
+		Logger:                proxy.ServerLogger(log),
+		// fasthttp's errors about malformed requests then carry no request
+		// bytes; the handler logs only their kind (ErrorHandler).
+		SecureErrorLogMessage: true,
 	}
 	var admin *http.Server
 	if o.adminListen != "" {
@@ -337,7 +410,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info().Str("listen", ln.Addr().String()).Str("upstream", o.upstream).
+	log.Info().Str("listen", ln.Addr().String()).Str("upstream", upstreamName).
 		Str("store", storeName(o)).Str("version", versionString()).
 		Int("procs", runtime.GOMAXPROCS(0)).Msg("taskgate listening")
 
@@ -370,6 +443,40 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	log.Info().Msg("stopped")
 	return code
+}
+
+// newStdio sets up the stdio upstream of --upstream-command. Only the
+// program and the names of --upstream-env entries are logged: arguments
+// and values may hold secrets.
+func newStdio(o *options, log zerolog.Logger, reg prometheus.Registerer) (*stdio.Server, error) {
+	argv, err := stdio.SplitCommand(o.upstreamCommand)
+	if err != nil {
+		return nil, fmt.Errorf("--upstream-command: %w", err)
+	}
+	s, err := stdio.New(stdio.Config{
+		Command:     argv,
+		Env:         o.upstreamEnv,
+		Dir:         o.upstreamDir,
+		MaxChildren: o.stdioMaxChildren,
+		IdleTimeout: o.stdioIdle,
+		InitTimeout: o.stdioInitTimeout,
+		MaxLineSize: o.stdioMaxLine,
+		StopGrace:   o.stdioStop,
+		QueueMax:    o.queueMax,
+		Metrics:     reg,
+		Shared:      o.stdioShared,
+	}, log)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(o.upstreamEnv))
+	for _, kv := range o.upstreamEnv {
+		name, _, _ := strings.Cut(kv, "=")
+		names = append(names, name)
+	}
+	log.Info().Str("program", argv[0]).Int("args", len(argv)-1).Strs("env_names", names).
+		Int("max_children", o.stdioMaxChildren).Bool("shared", o.stdioShared).Msg("stdio upstream started")
+	return s, nil
 }
 
 func splitList(s string) []string {
@@ -447,11 +554,4 @@ func adminMux(reg *prometheus.Registry, store taskstore.Store, h *proxy.Handler,
 	})
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return mux
-}
-
-// fasthttpLogger routes fasthttp's own messages to zerolog.
-type fasthttpLogger struct{ l zerolog.Logger }
-
-func (f fasthttpLogger) Printf(format string, args ...any) {
-	f.l.Warn().Str("component", "fasthttp").Msg(fmt.Sprintf(format, args...))
 }

@@ -88,3 +88,46 @@ func TestUpstreamCA(t *testing.T) {
 		t.Errorf("--upstream-ca without certificates: exit %d, %q", code, stderr.String())
 	}
 }
+
+// The stdio flags: --upstream-command excludes --upstream, its companions
+// need it, and --upstream-env collects repeated and newline-separated
+// entries (the variable's form) without showing values in errors.
+func TestStdioFlags(t *testing.T) {
+	noEnv := func(string) string { return "" }
+	o, err := parseArgs([]string{"--upstream-command", "prog 'a b'", "--upstream-env", "A=1", "--upstream-env", "B=2\nC=3"}, io.Discard, noEnv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"A=1", "B=2", "C=3"}; strings.Join(o.upstreamEnv, ",") != strings.Join(want, ",") {
+		t.Errorf("--upstream-env = %q, want %q", o.upstreamEnv, want)
+	}
+	env := func(k string) string {
+		if k == "TASKGATE_UPSTREAM_ENV" {
+			return "TOKEN=from-env\nOTHER=x"
+		}
+		return ""
+	}
+	if o, err := parseArgs([]string{"--upstream-command", "prog"}, io.Discard, env); err != nil || len(o.upstreamEnv) != 2 {
+		t.Errorf("TASKGATE_UPSTREAM_ENV: %v %q, want two entries", err, o.upstreamEnv)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-command", "prog"}, "exclude each other"},
+		{[]string{"--upstream-dir", "/tmp"}, "--upstream is required"},
+		{[]string{"--upstream", "http://127.0.0.1:1/mcp", "--upstream-dir", "/tmp"}, "need --upstream-command"},
+		{[]string{"--upstream-command", `prog "open`}, "unterminated double quote"},
+		{[]string{"--upstream-command", "prog", "--upstream-env", "=secret-value"}, "NAME=VALUE"},
+		{[]string{"--upstream-command", "prog", "--stdio-max-children", "0"}, "--stdio-max-children"},
+		{[]string{"--upstream-command", "prog", "--stdio-init-timeout", "0s"}, "--stdio-init-timeout"},
+	} {
+		_, err := parseArgs(tc.args, io.Discard, noEnv)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("parseArgs(%q) = %v, want an error with %q", tc.args, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret-value") {
+			t.Errorf("parseArgs(%q) error shows an environment value: %v", tc.args, err)
+		}
+	}
+}

@@ -1325,11 +1325,3 @@ func procCPU(pid int) (float64, bool) {
 	}
 	return float64(ut+st) / clkTck, true
 }
-
-func selfCPU() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
-}

@@ -1,3 +1,5 @@
+//go:build linux
+
 // Package sysconn wraps TCP connections so that their reads and writes are
 // direct system calls on the non-blocking socket.
 //
@@ -18,6 +20,11 @@
 // only a call that can proceed skips the protocol. Socket calls on a
 // non-blocking descriptor never sleep in the kernel; a write is split into
 // pieces of at most maxWrite bytes so that none holds its processor long.
+//
+// The direct calls are built on Linux only. Elsewhere Wrap returns the
+// connection unchanged (Conn's methods exist but are never reached) and
+// WatchClose does nothing: taskgate builds and works there with the
+// runtime's usual calls.
 package sysconn
 
 import (
@@ -373,4 +380,19 @@ func (l Listener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	return Wrap(c), nil
+}
+
+// CloseWrite sends a write still held, then shuts down the writing side
+// of the connection (the peer reads the end of the stream).
+func (s *Conn) CloseWrite() error {
+	s.heldMu.Lock()
+	err := s.sendHeld()
+	s.heldMu.Unlock()
+	if err != nil {
+		return err
+	}
+	if cw, ok := s.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return errors.ErrUnsupported
 }

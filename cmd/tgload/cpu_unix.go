@@ -1,0 +1,14 @@
+//go:build unix
+
+package main
+
+import "syscall"
+
+// selfCPU returns the CPU seconds this process used (user and system).
+func selfCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+}
