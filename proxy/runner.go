@@ -298,7 +298,12 @@ func (h *Handler) superviseRun(j *job) {
 		}
 		return false
 	}
-	deadline := time.NewTimer(time.Until(j.deadline))
+	left := time.Until(j.deadline)
+	if left <= 0 {
+		cancel(j.deadlineCause) // started at the deadline (a timeout below watchDelay)
+		return
+	}
+	deadline := time.NewTimer(left)
 	defer deadline.Stop()
 	renew := time.NewTicker(leaseRenew(h.cfg.Lease))
 	defer renew.Stop()
