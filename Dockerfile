@@ -1,20 +1,42 @@
 # syntax=docker/dockerfile:1
 # Build: docker build -t taskgate .
-# Run:   docker run --rm -p 8080:8080 taskgate --listen 0.0.0.0:8080 --upstream http://mcp-server:3000/mcp
+# Run:   docker run --rm -p 8080:8080 -p 8081:8081 taskgate --upstream http://mcp-server:3000/mcp
+#
+# The image listens on 0.0.0.0:8080 (proxy) and 0.0.0.0:8081 (admin:
+# /healthz, /readyz, /readyz/store, /metrics), set through TASKGATE_LISTEN
+# and TASKGATE_ADMIN_LISTEN; change them with the variables (`-e`), not
+# with flags, so the HEALTHCHECK (taskgate healthcheck, which reads
+# TASKGATE_ADMIN_LISTEN) keeps finding the admin server.
+#
+# The demo MCP server (cmd/legacy-mcp, for trying taskgate) is not in this
+# image; build it on its own with: docker build --target demo -t taskgate-demo .
 FROM golang:1.26-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/taskgate ./cmd/taskgate \
- && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/legacy-mcp ./cmd/legacy-mcp
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X main.version=${VERSION}" -o /out/taskgate ./cmd/taskgate
 
-# distroless static: no shell, no package manager, CA certificates for
-# https upstreams and rediss://, runs as uid 65532.
+FROM build AS build-demo
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/legacy-mcp ./cmd/legacy-mcp
+
+# The demo upstream: docker run --rm -p 3000:3000 taskgate-demo
+FROM gcr.io/distroless/static-debian12:nonroot AS demo
+COPY --from=build-demo /out/legacy-mcp /usr/local/bin/legacy-mcp
+USER nonroot:nonroot
+EXPOSE 3000
+ENTRYPOINT ["/usr/local/bin/legacy-mcp", "--listen", "0.0.0.0:3000"]
+
+# The production image (the default target). distroless static: no shell,
+# no package manager, CA certificates for https upstreams and rediss://,
+# runs as uid 65532.
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/taskgate /usr/local/bin/taskgate
-COPY --from=build /out/legacy-mcp /usr/local/bin/legacy-mcp
+ENV TASKGATE_LISTEN=0.0.0.0:8080 \
+    TASKGATE_ADMIN_LISTEN=0.0.0.0:8081
 USER nonroot:nonroot
-EXPOSE 8080 9090
+EXPOSE 8080 8081
+HEALTHCHECK --interval=10s --timeout=5s --start-period=5s --retries=3 \
+  CMD ["/usr/local/bin/taskgate", "healthcheck", "--path", "/readyz"]
 ENTRYPOINT ["/usr/local/bin/taskgate"]

@@ -12,7 +12,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -38,9 +37,7 @@ type redisServer struct {
 
 func newRedisServer(t testing.TB, addr string, persist bool) *redisServer {
 	t.Helper()
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		t.Skip("redis-server not on PATH")
-	}
+	redistest.Need(t, "redis-server")
 	return &redisServer{t: t, addr: addr, dir: t.TempDir(), persist: persist}
 }
 
@@ -172,7 +169,8 @@ func TestLeaseRecoveryAfterKill(t *testing.T) {
 
 const storeUnavailable = "task store unavailable"
 
-// Redis down at start: taskgate starts, is alive but not ready, passes
+// Redis down at start: taskgate starts, is alive and ready (its store
+// endpoint is not), passes
 // plain calls through, answers task operations with -32603 quickly and
 // refuses task calls synchronously. Once Redis listens, it becomes ready
 // and tasks work.
@@ -183,8 +181,13 @@ func TestRedisDownAtStart(t *testing.T) {
 	up := startLegacy(t)
 	gw := startTaskgate(t, up.URL, "--redis", "redis://"+addr, "--store-timeout", "1s")
 
-	if st := httpStatus(gw.Admin + "/readyz"); st != http.StatusServiceUnavailable {
-		t.Errorf("/readyz with Redis down: HTTP %d, want 503", st)
+	// Pass-through works, so the pod stays ready; the store's own
+	// endpoint says it is down.
+	if st := httpStatus(gw.Admin + "/readyz"); st != http.StatusOK {
+		t.Errorf("/readyz with Redis down: HTTP %d, want 200 (pass-through works)", st)
+	}
+	if st := httpStatus(gw.Admin + "/readyz/store"); st != http.StatusServiceUnavailable {
+		t.Errorf("/readyz/store with Redis down: HTTP %d, want 503", st)
 	}
 	if st := httpStatus(gw.Admin + "/healthz"); st != http.StatusOK {
 		t.Errorf("/healthz with Redis down: HTTP %d, want 200", st)
@@ -215,7 +218,7 @@ func TestRedisDownAtStart(t *testing.T) {
 	}
 
 	rs.start()
-	waitFor(t, 15*time.Second, "/readyz to turn 200", func() bool { return httpStatus(gw.Admin+"/readyz") == http.StatusOK })
+	waitFor(t, 15*time.Second, "/readyz/store to turn 200", func() bool { return httpStatus(gw.Admin+"/readyz/store") == http.StatusOK })
 	var tk wireTask
 	waitFor(t, 15*time.Second, "a task call to succeed", func() bool {
 		body, _ := c.marshalRequest("tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": "back"}, "task": map[string]any{}})
@@ -243,7 +246,7 @@ func TestRedisDownAtStart(t *testing.T) {
 
 // Redis restarting mid-flight (append-only file, so the data survives):
 // a task created before the outage still completes, and a tasks/result
-// sent once Redis is back (and /readyz says so) waits for and returns the
+// sent once Redis is back (and /readyz/store says so) waits for and returns the
 // result (regression test: waitTerminal used to answer -32603 when its
 // pub/sub subscription was not confirmed in time, instead of re-reading).
 func TestRedisRestartMidFlight(t *testing.T) {
@@ -267,7 +270,7 @@ func TestRedisRestartMidFlight(t *testing.T) {
 		t.Logf("Redis came back %v after the task was created, after the call's end; the outcome was recorded by retrying", d)
 	}
 	// Redis is back once taskgate says so (the store answers its ping).
-	waitFor(t, 10*time.Second, "/readyz to turn 200", func() bool { return httpStatus(gw.Admin+"/readyz") == http.StatusOK })
+	waitFor(t, 10*time.Second, "/readyz/store to turn 200", func() bool { return httpStatus(gw.Admin+"/readyz/store") == http.StatusOK })
 	var res toolResult
 	asked := time.Now()
 	r := c.call("tasks/result", map[string]any{"taskId": tk.TaskID})

@@ -27,6 +27,8 @@ import (
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 	"go.uber.org/goleak"
+
+	"github.com/taskgate/taskgate/taskstore/redistest"
 )
 
 // protocolVersion is the MCP revision whose tasks taskgate adds.
@@ -84,6 +86,7 @@ func TestMain(m *testing.M) {
 // default client are closed first.
 func runTests(m *testing.M) int {
 	code := m.Run()
+	redistest.Report(os.Stderr)
 	http.DefaultClient.CloseIdleConnections()
 	if code == 0 {
 		if err := goleak.Find(

@@ -249,8 +249,10 @@ func TestTaskCancel_E26_E27_E29(t *testing.T) {
 			if err != nil {
 				return
 			}
+			// The task's notifications (the tool's log lines) may come
+			// first; the answer is the response.
 			var m rpcMsg
-			if ev.Data != "" && json.Unmarshal([]byte(ev.Data), &m) == nil {
+			if ev.Data != "" && json.Unmarshal([]byte(ev.Data), &m) == nil && m.Method == "" {
 				blocked <- m
 				return
 			}

@@ -34,7 +34,8 @@ var (
 )
 
 // envelope is the part of a JSON-RPC message the proxy routes on. Byte slices
-// alias the parsed buffer: copy them before the buffer dies (STYLE pitfall 1).
+// alias the parsed buffer: copy them before the buffer dies (fasthttp reuses a request's buffers
+// once its handler returns).
 type envelope struct {
 	id        []byte // raw JSON of "id"; nil when absent
 	method    string
@@ -48,7 +49,8 @@ type envelope struct {
 func (e *envelope) isRequest() bool { return e.method != "" && e.id != nil }
 
 // envelope members, matched exactly; a case-insensitive match of one of them
-// that is not exact is refused (encoding/json would accept it: STYLE rule 17).
+// that is not exact is refused (encoding/json would accept it, and a member spelt "Method" could then
+// slip past the policy while the upstream reads "method").
 var envelopeMembers = [...]string{"jsonrpc", "id", "method", "params", "result", "error"}
 
 // parseEnvelope parses one JSON-RPC message or batch strictly: exact-case

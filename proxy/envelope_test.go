@@ -136,7 +136,8 @@ func TestParseEnvelope(t *testing.T) {
 		{name: "unclosed batch", in: `[{"jsonrpc":"2.0","method":"x"}`, wantErr: errSyntax},
 		{name: "batch then data", in: `[{"jsonrpc":"2.0","method":"x"}] 1`, wantErr: errTrailing},
 
-		// Duplicates (STYLE rule 17: encoding/json keeps the last one).
+		// Duplicates: encoding/json keeps the last one, so a parser that kept the
+		// first would route on a method the upstream never sees.
 		{name: "duplicate method", in: `{"jsonrpc":"2.0","id":1,"method":"ping","method":"tools/call"}`, wantErr: errDupMember},
 		{name: "duplicate method via escape", in: `{"jsonrpc":"2.0","id":1,"method":"ping","m\u0065thod":"tools/call"}`, wantErr: errDupMember},
 		{name: "duplicate id", in: `{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}`, wantErr: errDupMember},

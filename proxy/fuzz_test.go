@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// FuzzParseEnvelope (STYLE rule 24): the parser never panics; syntax errors
+// FuzzParseEnvelope: the parser never panics; syntax errors
 // are exactly what encoding/json finds invalid; and an accepted message's
 // method and id are what map[string]json.RawMessage decoding sees under the
 // exact keys "method" and "id", so no policy decision can be made on a

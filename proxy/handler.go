@@ -155,7 +155,7 @@ func (c *Config) setDefaults() {
 // in front of it. It is safe for concurrent use. Close stops it.
 type Handler struct {
 	cfg    Config
-	pol    *policy.Policy
+	pol    atomic.Pointer[policy.Policy] // SetPolicy swaps it; read through policy()
 	store  taskstore.Store
 	log    zerolog.Logger
 	m      *Metrics
@@ -184,7 +184,7 @@ type Handler struct {
 	bgPool   connPool // connections for background calls
 	passPool connPool // connections for pass-through (relay)
 	limiter  *rateLimiter
-	macs     sync.Pool // *macState: keyed HMAC states (keyedHash)
+	okey     atomic.Pointer[ownerKey] // SetOwnerKey swaps it; keyedHash reads it
 	// relayBufs holds *[]byte buffers for reading buffered answers.
 	relayBufs sync.Pool
 	endWait   time.Duration // relay's wait for the end of an SSE answer (endWait; tests change it)
@@ -213,6 +213,18 @@ type Handler struct {
 	bg             sync.WaitGroup // housekeeping loops
 	closed         atomic.Bool
 }
+
+// SetPolicy replaces the policy for requests that start from now on;
+// requests and task calls already under way keep the policy they started
+// with. pol must not be nil. It is safe for concurrent use.
+func (h *Handler) SetPolicy(pol *policy.Policy) {
+	if pol != nil {
+		h.pol.Store(pol)
+	}
+}
+
+// policy returns the current policy.
+func (h *Handler) policy() *policy.Policy { return h.pol.Load() }
 
 // New validates cfg and returns a Handler. pol nil means policy.Default();
 // m nil means metrics are not recorded.
@@ -243,7 +255,6 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 	store = &meteredStore{Store: store, dur: m.storeDur, errs: m.storeErrs}
 	h := &Handler{
 		cfg:     cfg,
-		pol:     pol,
 		store:   store,
 		log:     log,
 		m:       m,
@@ -255,6 +266,8 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 	if len(h.mcpPath) == 0 {
 		h.mcpPath = []byte("/")
 	}
+	h.pol.Store(pol)
+	h.SetOwnerKey(cfg.OwnerKey)
 	h.upAddr = u.Host
 	if u.Port() == "" {
 		if h.upTLS {

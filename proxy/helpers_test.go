@@ -160,7 +160,7 @@ func withUpstreamURL(url string) proxyOpt { return func(s *proxySetup) { s.upstr
 func withLogger(l zerolog.Logger) proxyOpt { return func(s *proxySetup) { s.log = l } }
 
 // newTestStore returns an embedded store closed at cleanup.
-func newTestStore(tb testing.TB) *taskstore.Redis {
+func newTestStore(tb testing.TB) *taskstore.Embedded {
 	tb.Helper()
 	st, closer, err := taskstore.NewEmbedded(taskstore.Config{})
 	if err != nil {
@@ -504,7 +504,7 @@ func sseAnswer(stream string) fasthttp.RequestHandler {
 // The task-stream methods are counted too, so command budgets see every
 // store round trip.
 
-func (s *countingStore) WatchKinds(ctx context.Context, owner, id, kinds string) (<-chan struct{}, func(), error) {
+func (s *countingStore) WatchKinds(ctx context.Context, owner, id string, kinds taskstore.EventKind) (<-chan struct{}, func(), error) {
 	s.count("WatchKinds")
 	return s.Store.WatchKinds(ctx, owner, id, kinds)
 }
@@ -514,12 +514,12 @@ func (s *countingStore) Enqueue(ctx context.Context, owner, id string, kind task
 	return s.Store.Enqueue(ctx, owner, id, kind, msg, max)
 }
 
-func (s *countingStore) Drain(ctx context.Context, owner, id string) ([][]byte, error) {
+func (s *countingStore) Drain(ctx context.Context, owner, id string) ([]taskstore.Message, error) {
 	s.count("Drain")
 	return s.Store.Drain(ctx, owner, id)
 }
 
-func (s *countingStore) Requeue(ctx context.Context, owner, id string, msgs [][]byte) error {
+func (s *countingStore) Requeue(ctx context.Context, owner, id string, msgs []taskstore.Message) error {
 	s.count("Requeue")
 	return s.Store.Requeue(ctx, owner, id, msgs)
 }

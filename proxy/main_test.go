@@ -7,7 +7,8 @@ import (
 )
 
 // TestMain fails the package's tests when goroutines leak; only fasthttp's
-// process-wide housekeeping goroutines are ignored (STYLE rule 22).
+// process-wide housekeeping goroutines are ignored (they live as long as the process and
+// are not ours to stop).
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m,
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),

@@ -122,7 +122,7 @@ func (h *Handler) toolLabel(tool string) string {
 	if tool == "" {
 		return "none"
 	}
-	if p := h.pol.RuleFor(tool); p != "" {
+	if p := h.policy().RuleFor(tool); p != "" {
 		return p
 	}
 	return "other"

@@ -32,9 +32,39 @@ func (h *Handler) owner(hdr *fasthttp.RequestHeader) (owner string, identified b
 	return ownerAnonymous, false
 }
 
-// keyedHash is HMAC-SHA256(OwnerKey, domain NUL v), the first 16 bytes in
-// hex. The keyed HMAC states are pooled: hmac.New hashes the key into two
-// fresh SHA-256 states on every call, Reset only restores them.
+// ownerKey is the key of keyedHash with its pool of keyed HMAC states
+// (*macState): hmac.New hashes the key into two fresh SHA-256 states on
+// every call, Reset only restores them.
+type ownerKey struct {
+	key  []byte
+	macs sync.Pool
+}
+
+// SetOwnerKey replaces the key that turns credentials and session ids into
+// task owners and store keys (Config.OwnerKey), for hashes computed from
+// now on. A caller that learns the key replicas share only after New (from
+// the store) sets it before it lets task operations reach the store. An
+// empty key is ignored. It is safe for concurrent use.
+func (h *Handler) SetOwnerKey(key []byte) {
+	if len(key) == 0 {
+		return
+	}
+	if h.okey.Swap(&ownerKey{key: append([]byte(nil), key...)}) != nil {
+		// Cached session bindings hold credential hashes under the old
+		// key; they are read again from the store.
+		h.bindings.clear()
+	}
+}
+
+// clear forgets every cached binding.
+func (c *bindingCache) clear() {
+	c.mu.Lock()
+	c.cur, c.old = nil, nil
+	c.mu.Unlock()
+}
+
+// keyedHash is HMAC-SHA256(owner key, domain NUL v), the first 16 bytes in
+// hex.
 func (h *Handler) keyedHash(domain string, v []byte) string {
 	out := h.keyedHashHex(domain, v)
 	return string(out[:])
@@ -43,9 +73,10 @@ func (h *Handler) keyedHash(domain string, v []byte) string {
 // keyedHashHex is keyedHash without the string. It does not allocate: the
 // pooled state carries the buffers that would escape through hash.Hash.
 func (h *Handler) keyedHashHex(domain string, v []byte) [32]byte {
-	st, _ := h.macs.Get().(*macState)
+	k := h.okey.Load()
+	st, _ := k.macs.Get().(*macState)
 	if st == nil {
-		st = &macState{mac: hmac.New(sha256.New, h.cfg.OwnerKey)}
+		st = &macState{mac: hmac.New(sha256.New, k.key)}
 	}
 	st.mac.Reset()
 	st.buf = append(append(st.buf[:0], domain...), 0)
@@ -54,7 +85,7 @@ func (h *Handler) keyedHashHex(domain string, v []byte) [32]byte {
 	sum := st.mac.Sum(st.sum[:0])
 	var out [32]byte
 	hex.Encode(out[:], sum[:16])
-	h.macs.Put(st)
+	k.macs.Put(st)
 	return out
 }
 
@@ -77,7 +108,7 @@ func (h *Handler) hashShort(v []byte) string {
 // session's version comes from memory, so plain pass-through of other
 // sessions never touches the store.
 func (h *Handler) bridgeRequest(rc *fasthttp.RequestCtx, hdr *fasthttp.RequestHeader) {
-	if !h.pol.BridgeProtocolVersion || h.native.Load() {
+	if !h.policy().BridgeProtocolVersion || h.native.Load() {
 		// An upstream with tasks of its own is never bridged (P-01).
 		return
 	}

@@ -147,7 +147,8 @@ func (h *Handler) pass(rc *fasthttp.RequestCtx, info *reqInfo, id []byte) {
 // relayResponse fixes up an upstream answer now in rc.Response for the
 // client: hop-by-hop headers removed. Every SSE event is flushed as it
 // arrives (fasthttp flushes each chunk). The headers of a GET stream, which
-// may stay silent for long, go out at once (STYLE pitfall 7); those of a
+// may stay silent for long, go out at once (fasthttp's ImmediateHeaderFlush, set after Do, which resets
+// the response); those of a
 // POST's SSE answer travel with its first event, one write instead of two
 // (the upstream's first event comes soon: a priming event, H-07, or the
 // response).

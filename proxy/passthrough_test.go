@@ -307,7 +307,9 @@ func readRawRequest(br *bufio.Reader) (head string, body []byte, err error) {
 }
 
 // TestHopByHopStripped: connection-specific headers (RFC 9110 §7.6.1 and
-// names listed in Connection) are not forwarded either way (STYLE pitfall 9).
+// names listed in Connection) are not forwarded either way: a copied Connection: close would end the
+// client's keep-alive connection, and Transfer-Encoding or TE invite request
+// smuggling.
 func TestHopByHopStripped(t *testing.T) {
 	hop := []string{"X-Hop", "Keep-Alive", "Proxy-Connection", "Proxy-Authorization", "Te", "Trailer", "Upgrade", "X-Resp-Hop", "Proxy-Authenticate", "Transfer-Encoding"}
 	reqHead := make(chan string, 1)
@@ -514,7 +516,8 @@ func TestStripHopByHopAllocs(t *testing.T) {
 	}
 }
 
-// TestStreamingPassThrough (STYLE rule 20, H-06, H-08, H-10): an SSE answer
+// TestStreamingPassThrough (H-06, H-08, H-10: SSE answers and their event
+// framing as the 2025-11-25 transport defines them): an SSE answer
 // is relayed event by event: the client reads the first event while the
 // upstream still holds the stream open.
 func TestStreamingPassThrough(t *testing.T) {

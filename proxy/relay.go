@@ -29,7 +29,8 @@ import (
 // as it arrives. The request itself is sent by the read of the answer
 // (sysconn.Conn.WriteLater), saving a system call.
 //
-// A request is never replayed (STYLE pitfall 13): an error after the
+// A request is never replayed (a tools/call that may have run must not run
+// twice): an error after the
 // request may have reached the upstream is returned to the caller.
 func (h *Handler) relay(rc *fasthttp.RequestCtx, info *reqInfo) error {
 	req := &rc.Request

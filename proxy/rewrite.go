@@ -130,7 +130,7 @@ func (h *Handler) initialize(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 		}
 		opt := capability.InitOptions{
 			List:   hasAuth || sid != "",
-			Bridge: h.pol.BridgeProtocolVersion && requested == capability.ProtocolVersion,
+			Bridge: h.policy().BridgeProtocolVersion && requested == capability.ProtocolVersion,
 		}
 		return func(msg []byte) []byte {
 			out, ci, err := capability.RewriteInitialize(msg, opt)
@@ -183,7 +183,7 @@ func (h *Handler) toolsList(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 }
 
 func (h *Handler) taskSupport(tool string) string {
-	return string(h.pol.For(tool).TaskSupport)
+	return string(h.policy().For(tool).TaskSupport)
 }
 
 // tasksActive reports whether the request belongs to a session that

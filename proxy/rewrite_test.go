@@ -253,7 +253,7 @@ func TestOlderUpstreamVersion(t *testing.T) {
 	}
 }
 
-// TestPlainRequestsSkipTheStore (DESIGN decision 8): requests that do not
+// TestPlainRequestsSkipTheStore (pass-through stays cheap): requests that do not
 // carry MCP-Protocol-Version 2025-11-25 never touch the task store, once
 // the replica knows who owns their session (it saw the initialize, or read
 // the binding once; sessions.go).

@@ -462,7 +462,7 @@ func (h *Handler) redeliverOpen(owner string, qs []openQuestion) {
 	for _, q := range qs {
 		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.StoreTimeout)
 		if _, err := h.store.PendingTask(ctx, owner, group, q.qid); err == nil {
-			if err := h.store.Requeue(ctx, owner, q.taskID, [][]byte{q.msg}); err == nil {
+			if err := h.store.Requeue(ctx, owner, q.taskID, []taskstore.Message{{Kind: taskstore.KindRequest, Data: q.msg}}); err == nil {
 				h.log.Debug().Str(logTaskID, q.taskID).Msg("stream ended before its question was answered; queued again")
 			}
 		}

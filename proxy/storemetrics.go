@@ -93,7 +93,7 @@ func (s *meteredStore) Enqueue(ctx context.Context, owner, id string, kind tasks
 	return n, err
 }
 
-func (s *meteredStore) Drain(ctx context.Context, owner, id string) ([][]byte, error) {
+func (s *meteredStore) Drain(ctx context.Context, owner, id string) ([]taskstore.Message, error) {
 	start := time.Now()
 	msgs, err := s.Store.Drain(ctx, owner, id)
 	s.done("drain", start, err)

@@ -387,13 +387,13 @@ func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.
 			return true
 		}
 		for i, m := range msgs {
-			if _, err := w.Write(appendSSE(nil, "", m)); err != nil || w.Flush() != nil {
+			if _, err := w.Write(appendSSE(nil, "", m.Data)); err != nil || w.Flush() != nil {
 				rctx, c := context.WithTimeout(context.Background(), h.cfg.StoreTimeout)
 				_ = h.store.Requeue(rctx, owner, taskID, msgs[i:])
 				c()
 				return false
 			}
-			open = noteQuestion(open, taskID, m)
+			open = noteQuestion(open, taskID, m.Data)
 		}
 		return true
 	}

@@ -54,7 +54,7 @@ func (h *Handler) toolsCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: tools/call params.name must be a string"))
 		return
 	}
-	st := h.pol.For(name)
+	st := h.policy().For(name)
 	task := vals[1]
 	if task == nil || string(task) == "null" {
 		if st.TaskSupport == policy.Required {
@@ -802,13 +802,13 @@ func (h *Handler) resultStreamBody(ctx context.Context, w *bufio.Writer, evID st
 	}
 	n := 0
 	var open []openQuestion
-	deliver := func(msgs [][]byte) int {
+	deliver := func(msgs []taskstore.Message) int {
 		for i, m := range msgs {
 			n++
-			if _, err := w.Write(appendSSE(nil, evID+"."+strconv.Itoa(n), m)); err != nil || w.Flush() != nil {
+			if _, err := w.Write(appendSSE(nil, evID+"."+strconv.Itoa(n), m.Data)); err != nil || w.Flush() != nil {
 				return i
 			}
-			open = noteQuestion(open, taskID, m)
+			open = noteQuestion(open, taskID, m.Data)
 		}
 		return len(msgs)
 	}
@@ -879,7 +879,7 @@ var errClientGone = errors.New("client went away")
 // tick, when set, runs every KeepAlive and ends the wait when it fails.
 // deliver, when set, gets the task's queued messages (issue 4) and returns
 // how many it wrote; the rest go back to the queue and the wait ends.
-func (h *Handler) waitTerminal(ctx context.Context, owner, taskID string, tick func() bool, deliver func([][]byte) int) (*taskstore.Task, *taskstore.Outcome, error) {
+func (h *Handler) waitTerminal(ctx context.Context, owner, taskID string, tick func() bool, deliver func([]taskstore.Message) int) (*taskstore.Task, *taskstore.Outcome, error) {
 	if tick == nil && deliver == nil {
 		if t, out, ok, err := h.localSettled(ctx, owner, taskID); ok {
 			return t, out, err

@@ -27,7 +27,7 @@ type taskEnv struct {
 	t     *testing.T
 	up    *fakeUpstream
 	h     *Handler
-	store *taskstore.Redis
+	store *taskstore.Embedded
 	c     *fasthttp.HostClient
 }
 

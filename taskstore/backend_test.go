@@ -15,11 +15,17 @@ import (
 
 // backend is one Redis the suite runs against.
 type backend struct {
-	// open returns a new Store value on the backend's Redis with its own
-	// client and pub/sub: another taskgate replica. Closed in t.Cleanup.
-	open func(t testing.TB, cfg Config) *Redis
-	// raw inspects keys.
+	// open returns a new Store value on the backend's data with its own
+	// client and pub/sub (Redis) or clock and cursor key (native): another
+	// taskgate replica. Closed in t.Cleanup.
+	open func(t testing.TB, cfg Config) Store
+	// raw inspects keys; nil for the native store, which has none.
 	raw redis.UniversalClient
+	// k names the keys raw holds.
+	k keys
+	// listening reports whether the task's listening mark is still set
+	// (by the backend's own clock).
+	listening func(owner, id string) bool
 	// prefix is unique to the test, so a shared Redis (REDIS_URL) works.
 	prefix string
 	// fastForward moves the server's TTL clock (miniredis.RunT); nil means
@@ -49,7 +55,7 @@ func storeOn(t testing.TB, rdb redis.UniversalClient, prefix string, cfg Config,
 		cfg.Prefix = prefix
 	}
 	if cfg.CursorKey == nil {
-		cfg.CursorKey = []byte("test cursor key, 32 bytes long!!")
+		cfg.CursorKey = testCursorKey
 	}
 	s, err := NewRedis(rdb, cfg)
 	if err != nil {
@@ -72,23 +78,76 @@ func miniBackend(t testing.TB) *backend {
 	raw := redis.NewClient(clientOpts(m.Addr()))
 	t.Cleanup(func() { _ = raw.Close() })
 	b := &backend{raw: raw, prefix: uniquePrefix(), fastForward: m.FastForward}
-	b.open = func(t testing.TB, cfg Config) *Redis {
+	b.k = keys{prefix: b.prefix}
+	b.open = func(t testing.TB, cfg Config) Store {
 		return storeOn(t, redis.NewClient(clientOpts(m.Addr())), b.prefix, cfg, true)
+	}
+	b.listening = redisListening(b)
+	return b
+}
+
+// redisListening checks the listening mark's key.
+func redisListening(b *backend) func(owner, id string) bool {
+	return func(owner, id string) bool {
+		return b.raw.Exists(context.Background(), b.k.listening(owner, id)).Val() != 0
+	}
+}
+
+// testCursorKey is the cursor key of every test store unless a test sets one.
+var testCursorKey = []byte("test cursor key, 32 bytes long!!")
+
+// nativeBackend: the native embedded store (NewEmbedded). Other
+// "replicas" are views of the same data with their own clock and cursor
+// key.
+func nativeBackend(t testing.TB) *backend {
+	e := newNative(t, Config{})
+	b := &backend{prefix: uniquePrefix()}
+	b.open = func(t testing.TB, cfg Config) Store {
+		if cfg.CursorKey == nil {
+			cfg.CursorKey = testCursorKey
+		}
+		v, err := e.view(cfg)
+		if err != nil {
+			t.Fatalf("view: %v", err)
+		}
+		return v
+	}
+	b.listening = func(owner, id string) bool {
+		sh, o := e.lock(owner)
+		defer sh.mu.Unlock()
+		t := find(o, id, time.Now().UnixMilli())
+		return t != nil && t.listening(time.Now().UnixMilli())
 	}
 	return b
 }
 
-// embeddedBackend: NewEmbedded (miniredis with a real-time clock). Other
-// "replicas" share its client but have their own Store value and pub/sub.
-func embeddedBackend(t testing.TB) *backend {
-	prefix := uniquePrefix()
-	s, closer, err := NewEmbedded(Config{Prefix: prefix, CursorKey: []byte("test cursor key, 32 bytes long!!")})
+// newNative returns a native store closed in t.Cleanup.
+func newNative(t testing.TB, cfg Config) *Embedded {
+	t.Helper()
+	if cfg.CursorKey == nil {
+		cfg.CursorKey = testCursorKey
+	}
+	e, closer, err := NewEmbedded(cfg)
 	if err != nil {
 		t.Fatalf("NewEmbedded: %v", err)
 	}
 	t.Cleanup(closer)
-	b := &backend{raw: s.rdb, prefix: prefix}
-	b.open = func(t testing.TB, cfg Config) *Redis { return storeOn(t, s.rdb, b.prefix, cfg, false) }
+	return e
+}
+
+// miniEmbeddedBackend: the miniredis-based embedded store taskgate used
+// before the native one (benchmarks compare them). Other "replicas" share
+// its client but have their own Store value and pub/sub.
+func miniEmbeddedBackend(t testing.TB) *backend {
+	prefix := uniquePrefix()
+	s, closer, err := newMiniEmbedded(Config{Prefix: prefix, CursorKey: testCursorKey})
+	if err != nil {
+		t.Fatalf("newMiniEmbedded: %v", err)
+	}
+	t.Cleanup(closer)
+	b := &backend{raw: s.rdb, prefix: prefix, k: keys{prefix: prefix}}
+	b.open = func(t testing.TB, cfg Config) Store { return storeOn(t, s.rdb, b.prefix, cfg, false) }
+	b.listening = redisListening(b)
 	return b
 }
 
@@ -109,9 +168,11 @@ func redisServer(t testing.TB) func(testing.TB) *backend {
 		raw := redis.NewClient(opts())
 		t.Cleanup(func() { _ = raw.Close() })
 		b := &backend{raw: raw, prefix: uniquePrefix()}
-		b.open = func(t testing.TB, cfg Config) *Redis {
+		b.k = keys{prefix: b.prefix}
+		b.open = func(t testing.TB, cfg Config) Store {
 			return storeOn(t, redis.NewClient(opts()), b.prefix, cfg, true)
 		}
+		b.listening = redisListening(b)
 		return b
 	}
 }
@@ -130,16 +191,18 @@ func redisCluster(t testing.TB) func(testing.TB) *backend {
 		raw := redis.NewClusterClient(opts())
 		t.Cleanup(func() { _ = raw.Close() })
 		b := &backend{raw: raw, prefix: uniquePrefix()}
-		b.open = func(t testing.TB, cfg Config) *Redis {
+		b.k = keys{prefix: b.prefix}
+		b.open = func(t testing.TB, cfg Config) Store {
 			return storeOn(t, redis.NewClusterClient(opts()), b.prefix, cfg, true)
 		}
+		b.listening = redisListening(b)
 		return b
 	}
 }
 
 func TestStoreMiniredis(t *testing.T) { runSuite(t, miniBackend) }
 
-func TestStoreEmbedded(t *testing.T) { runSuite(t, embeddedBackend) }
+func TestStoreNative(t *testing.T) { runSuite(t, nativeBackend) }
 
 func TestStoreRedisServer(t *testing.T) { runSuite(t, redisServer(t)) }
 

@@ -8,15 +8,18 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// readBatcher sends the HMGETs of concurrent Get and Outcome calls to Redis
-// together: a reader goroutine takes the first waiting read and every other
-// one already queued (up to batchMax) and runs them as one pipeline, so a
-// burst of task polls costs one write and one read on the connection, in
-// taskgate and in Redis, instead of one each. A batch never waits for more
-// reads to come; at low load a read costs two goroutine hand-offs more.
-// Measured with 64 clients polling tasks/get: Redis CPU 0.29 -> 0.17 cores
-// at a higher rate. Writes (scripts) are not batched: each is one round
-// trip already and their order per task matters to callers.
+// readBatcher sends the commands of concurrent operations to Redis
+// together: the HMGETs of Get and Outcome and the EVALSHAs of the
+// one-script operations (Create, Update, Finish, Cancel, Renew, the stream
+// operations). A reader goroutine takes the first waiting command and
+// every other one already queued (up to batchMax) and runs them as one
+// pipeline, so a burst of task operations costs one write and one read on
+// the connection, in taskgate and in Redis, instead of one each. A batch
+// never waits for more commands to come; at low load a command costs two
+// goroutine hand-offs more. Measured with 64 clients polling tasks/get:
+// Redis CPU 0.29 -> 0.17 cores at a higher rate. Order: one caller's
+// operations are sequential (each waits for its reply), so batching never
+// reorders them; concurrent callers had no order to keep.
 type readBatcher struct {
 	rdb   redis.UniversalClient
 	reqs  chan *readReq
@@ -35,7 +38,7 @@ const (
 
 type readReq struct {
 	ctx  context.Context
-	cmd  *redis.SliceCmd
+	cmd  redis.Cmder
 	done chan struct{}
 }
 
@@ -45,7 +48,7 @@ func newReadBatcher(rdb redis.UniversalClient) *readBatcher {
 
 // do runs cmd in a batch; it returns when cmd has its result or ctx ends
 // (then with ctx's error; the batch may still run the command).
-func (b *readBatcher) do(ctx context.Context, cmd *redis.SliceCmd) error {
+func (b *readBatcher) do(ctx context.Context, cmd redis.Cmder) error {
 	b.start.Do(func() {
 		select {
 		case <-b.stop:

@@ -1,55 +1,88 @@
 // Package taskstore keeps MCP tasks (2025-11-25) and their outcomes.
 //
-// Store is the interface the proxy uses; Redis implements it over a
-// go-redis UniversalClient (standalone, Sentinel or Cluster; see Open), and
-// NewEmbedded runs the same code against an in-process miniredis when no
-// Redis is configured (DESIGN decision 1).
+// Store is the interface the proxy uses, the union of five role
+// interfaces: Tasks (create, read, change, list), Leases (renew, recover),
+// Events (Watch, WatchKinds, WatchSession), Mailboxes (queued messages,
+// pending requests, answers) and SessionRecords. Two implementations keep
+// the same contract, checked by one store suite that runs on both (and on
+// miniredis, a real redis-server and a Redis Cluster):
 //
-// # Design
+//   - Redis (NewRedis) over a go-redis UniversalClient (standalone,
+//     Sentinel or Cluster; see Open), for replicas that share tasks.
+//   - Embedded (NewEmbedded), native Go in this process's memory: the
+//     default when taskgate runs without a Redis. See its doc comment for
+//     its layout (owner shards, creation-order index, lease and expiry
+//     heaps, channel wake-ups); every operation costs the same whether 0
+//     or 10,000 tasks are stored.
+//
+// The store never parses messages: callers say what a message is
+// (MessageKind) when they queue it, and Drain hands the kind back with it
+// so Requeue keeps it. Every operation whose context has no deadline is
+// bounded by Config.OpTimeout (default DefaultOpTimeout), so callers need
+// not wrap each call.
+//
+// # Shared rules
+//
+// A task expires at CreatedAt+TTL whatever its status; from then on every
+// operation treats it as gone, by the store's clock (Config.Now), to the
+// millisecond (MCP 2025-11-25 tasks: a receiver may delete a task after its
+// ttl). Status changes refuse to leave a terminal status (completed,
+// failed, cancelled: a terminal task never changes again, so a late outcome
+// after a cancel is dropped). List returns an owner's tasks in creation
+// order, with cursors sealed by an HMAC over owner and position, so a
+// tampered or foreign cursor is ErrBadCursor; a task created while a client
+// pages sorts after every page already read (creation order is a per-owner
+// score max(now, last+1), strictly increasing, rather than the creation ms
+// with ties by id: with ties, a task created in the cursor's millisecond
+// with a smaller id would be skipped). A running task has a lease its
+// runner renews; Recover fails the tasks whose lease expired (any replica,
+// each task once).
+//
+// # Redis layout
 //
 // Keys come only from keys.go and carry the owner as a Cluster hash tag, so
 // each per-task operation is one Lua script on one slot (scripts.go: each
-// script's comment is its contract). A task is a hash that expires at
-// CreatedAt+TTL whatever its status (T-30); the owner's index zset (for
-// List) and live zset (for MaxPerOwner) expire a minute after the latest
-// task they hold, and scripts prune their stale members. Every key has a
-// TTL. "Now" always comes from Config.Now, passed to scripts as an
-// argument; a task whose CreatedAt+TTL has passed by that clock is treated
-// as gone even if the backend has not yet expired the key.
+// script's comment is its contract). The task hash expires at
+// CreatedAt+TTL; the owner's index zset (for List) and live zset (for
+// MaxPerOwner) expire a minute after the latest task they hold (rounded up
+// to keepStep, so the creates of one step set no expiry), and scripts prune
+// their stale members. Every key has a TTL. "Now" always comes from
+// Config.Now, passed to scripts as an argument.
 //
 // Create, Get, Update, Finish, Cancel, Outcome and Renew are one network
-// round trip each. Status changes happen only in scripts, which refuse to
-// leave a terminal status (T-23, T-59).
+// round trip each, and concurrent operations share round trips: a batcher
+// pipelines the commands waiting at the same moment (batch.go).
+// TestCommandCounts keeps each operation's Redis commands (counted by the
+// server, inside scripts too) within budgets.
 //
-// A running task has a lease: its deadline is kept in the task hash (the
-// authority) and mirrored in one global zset P:leases so Recover can find
-// expired ones. P:leases lives in its own slot, so it is written in the same
-// pipeline as the owner-slot script (go-redis splits pipelines per node on
-// Cluster). Recover fails a task only if the hash's lease is still expired
-// inside the script, so a concurrent Renew wins and concurrent Recovers fail
-// each task once.
+// Leases: the deadline is kept in the task hash (the authority) and
+// mirrored in one global zset P:leases so Recover can find expired ones.
+// Create adds the entry and Finish and Cancel remove it, inside their
+// script on a single node (on a Cluster, where P:leases lives in another
+// slot, in the same pipeline). Renew writes only the hash; Recover moves a
+// renewed task's entry forward when it finds one, and fails a task only if
+// the hash's lease is still expired inside the script, so a concurrent
+// Renew wins and concurrent Recovers fail each task once.
 //
-// Wake-ups: every script that changes a task PUBLISHes on the task's
-// channel; Watch shares one pub/sub connection per Redis value. The store
-// is the source of truth: subscribe first, then re-read.
+// Wake-ups: scripts that change a task PUBLISH on the task's channel; Watch
+// shares one pub/sub connection per Redis value. A session channel is
+// published to only while the owner's listener registry (P:{owner}:sl) says
+// a replica listens on it: WatchSession registers there after subscribing,
+// and renews the entry every 30 s while it listens. The store is the source
+// of truth: subscribe first, then re-read.
 //
 // Task streams (stream.go): messages the upstream sends while a task runs
 // wait in the task's queue list until one stream drains them (Drain takes
 // the whole list in one script, so a message reaches one stream only). A
 // tasks/result stream marks itself with SetListening; without the mark,
-// Enqueue also records the task in the session's queued set and publishes
-// "q:<id>" on the session channel, which WatchSession (same shared pub/sub)
-// turns into SessionEvents. Status changes publish "s:<id>" there too. The
-// queue is bounded by dropping progress, then other notifications, never
-// requests. Answers to server-to-client requests go through a pending entry
-// per (session, request id) to the task's inbox. Terminal status changes
-// delete queue, inbox and mark in the same script (T-50). The session is
-// read from the task hash inside the scripts, which build the session keys
-// from owner-slot prefixes passed as arguments (like listCmd's task keys).
-//
-// Deviation from the design sketch: the index score is the creation time in
-// ms bumped to be strictly increasing per owner (max(now, last+1)), instead
-// of the plain creation ms with ties by id. With plain ms a task created
-// during paging in the same millisecond as the cursor, with a smaller id,
-// would be skipped, breaking T-55 (everything Get can see is listed).
+// Enqueue also records the task in the session's queued set and announces
+// it on the session channel, which WatchSession turns into SessionEvents.
+// Status changes announce there too. The queue is bounded by dropping
+// progress, then other notifications, never requests. Answers to
+// server-to-client requests go through a pending entry per (session,
+// request id) to the task's inbox. Terminal status changes delete queue,
+// inbox and mark in the same script (nothing is delivered after the end;
+// Finish keeps the notifications queued before it). The session is read
+// from the task hash inside the scripts, which build the session keys from
+// owner-slot prefixes passed as arguments (like listCmd's task keys).
 package taskstore

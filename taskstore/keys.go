@@ -7,7 +7,9 @@ import (
 )
 
 // keys builds every Redis key and channel name the store uses. Nothing else
-// in the package spells a key (STYLE rule 12).
+// in the package spells a key, so the layout below is the whole truth and
+// every key of one owner carries the same {owner} hash tag (one Cluster slot,
+// so one script may touch them all).
 //
 // Layout (P = Config.Prefix, default "taskgate"):
 //
@@ -23,7 +25,12 @@ import (
 //	P:{owner}:pend:<sess>:<sha256 hex of reqID>
 //	                      string task id of a pending server-to-client request; expires with the task
 //	P:{owner}:sess:<sess> channel  SessionEvents, payload "q:<id>" or "s:<id>" (not a key)
-//	P:leases              zset   member "<owner>/<id>", score = lease deadline ms
+//	P:{owner}:sl          hash   session -> unix ms until which a replica listens on its
+//	                             channel (scripts publish there only then); expires with
+//	                             the latest registration
+//	P:leases              zset   member "<owner>/<id>", score = a lease deadline the task had
+//	                             (Create's; Recover moves it to the current one when it finds
+//	                             the lease renewed; the hash's lease field is authoritative)
 //	P:sess:<sha256 hex>   string upstream protocol version of a session
 //	P:srec:<sess>         hash   session record: bound credential, closing mark, running
 //	                             calls (sessions.go); expires after the binding's ttl or
@@ -69,6 +76,8 @@ func (k keys) sessQueued(owner, session string) string { return k.sessQueuedPref
 // sessQueuedPrefix is the session's queued-set key without the session;
 // scripts append the session read from the task hash.
 func (k keys) sessQueuedPrefix(owner string) string { return k.prefix + ":{" + owner + "}:sq:" }
+
+func (k keys) sessListeners(owner string) string { return k.prefix + ":{" + owner + "}:sl" }
 
 func (k keys) sessEvents(owner, session string) string { return k.sessEventsPrefix(owner) + session }
 

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 )
 
 // List implements Store with one listCmd per page. Tasks come in creation
@@ -21,6 +22,8 @@ import (
 // the pages (T-55), also when tasks are created while paging: new tasks
 // sort after every existing one.
 func (s *Redis) List(ctx context.Context, owner, cursor string, limit int) ([]Task, string, error) {
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
 	limit = min(max(limit, 1), MaxListLimit)
 	if !validOwner(owner) {
 		if cursor != "" {
@@ -36,7 +39,7 @@ func (s *Redis) List(ctx context.Context, owner, cursor string, limit int) ([]Ta
 		}
 		start, after = strconv.FormatInt(score, 10), id
 	}
-	vals, err := listCmd.Run(ctx, s.rdb, []string{s.k.index(owner)},
+	vals, err := s.run(ctx, listCmd, []string{s.k.index(owner)},
 		s.k.taskPrefix(owner), start, after, limit, s.nowMS()).Slice()
 	if err != nil {
 		return nil, "", wrapErr("list", "", err)
@@ -73,8 +76,19 @@ const (
 	maxCursorLen = 512
 )
 
+// cursors seals and opens tasks/list cursors with an HMAC key; every store
+// implementation issues the same format.
+type cursors struct{ mac *atomic.Pointer[[]byte] }
+
+// newCursors returns cursors sealed with mac (SetCursorKey may replace it).
+func newCursors(mac []byte) cursors {
+	c := cursors{mac: new(atomic.Pointer[[]byte])}
+	c.mac.Store(&mac)
+	return c
+}
+
 // sealCursor encodes score (8 bytes big endian) | id | MAC.
-func (s *Redis) sealCursor(owner string, score int64, id string) string {
+func (s cursors) sealCursor(owner string, score int64, id string) string {
 	b := make([]byte, 0, 8+len(id)+cursorMACLen)
 	b = binary.BigEndian.AppendUint64(b, uint64(score))
 	b = append(b, id...)
@@ -82,7 +96,7 @@ func (s *Redis) sealCursor(owner string, score int64, id string) string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-func (s *Redis) openCursor(owner, c string) (score int64, id string, ok bool) {
+func (s cursors) openCursor(owner, c string) (score int64, id string, ok bool) {
 	if len(c) > maxCursorLen {
 		return 0, "", false
 	}
@@ -100,8 +114,8 @@ func (s *Redis) openCursor(owner, c string) (score int64, id string, ok bool) {
 
 // cursorMAC is HMAC-SHA256(key, len(owner) | owner | score | id)[:16]; the
 // length prefix keeps owner and id from sliding into each other.
-func (s *Redis) cursorMAC(owner string, score int64, id string) []byte {
-	m := hmac.New(sha256.New, s.mac)
+func (s cursors) cursorMAC(owner string, score int64, id string) []byte {
+	m := hmac.New(sha256.New, *s.mac.Load())
 	var buf [binary.MaxVarintLen64 + 8]byte
 	n := binary.PutUvarint(buf[:], uint64(len(owner)))
 	m.Write(buf[:n])

@@ -58,6 +58,40 @@ type Config struct {
 	// SessionTTL is used by SetSessionVersion when its ttl is <= 0
 	// (default 24h).
 	SessionTTL time.Duration
+	// OpTimeout bounds each operation whose context has no deadline
+	// (default DefaultOpTimeout); for Recover, each batch of recoverBatch
+	// leases. Watch and WatchSession apply it to the subscription only.
+	// The embedded store never waits, so it has nothing to bound.
+	OpTimeout time.Duration
+}
+
+// withDefaults fills in the zero fields of cfg shared by every store.
+func (cfg Config) withDefaults() Config {
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.SessionTTL <= 0 {
+		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.OpTimeout <= 0 {
+		cfg.OpTimeout = DefaultOpTimeout
+	}
+	return cfg
+}
+
+// cursorKey returns cfg.CursorKey, or a random key when it is empty.
+func (cfg Config) cursorKey(who string) ([]byte, error) {
+	mac := append([]byte(nil), cfg.CursorKey...)
+	switch {
+	case len(mac) == 0:
+		mac = make([]byte, 32)
+		if _, err := rand.Read(mac); err != nil {
+			return nil, fmt.Errorf("taskstore: %s: cursor key: %w", who, err)
+		}
+	case len(mac) < 16:
+		return nil, fmt.Errorf("taskstore: %s: CursorKey shorter than 16 bytes", who)
+	}
+	return mac, nil
 }
 
 // Redis is a Store kept in Redis (standalone, Sentinel or Cluster) through a
@@ -74,9 +108,10 @@ type Redis struct {
 	reads *readBatcher // batches the HMGETs of Get and Outcome
 	k     keys
 	now   func() time.Time
-	mac   []byte // cursor HMAC key
-	sTTL  time.Duration
-	hub   hub
+	cursors
+	sTTL      time.Duration
+	opTimeout time.Duration
+	hub       hub
 
 	closeOnce sync.Once
 	closeErr  error
@@ -98,26 +133,16 @@ func NewRedis(rdb redis.UniversalClient, cfg Config) (*Redis, error) {
 	if !validPrefix(cfg.Prefix) {
 		return nil, fmt.Errorf("taskstore: NewRedis: invalid prefix %q", cfg.Prefix)
 	}
-	if cfg.Now == nil {
-		cfg.Now = time.Now
-	}
-	if cfg.SessionTTL <= 0 {
-		cfg.SessionTTL = DefaultSessionTTL
-	}
-	mac := append([]byte(nil), cfg.CursorKey...)
-	switch {
-	case len(mac) == 0:
-		mac = make([]byte, 32)
-		if _, err := rand.Read(mac); err != nil {
-			return nil, fmt.Errorf("taskstore: NewRedis: cursor key: %w", err)
-		}
-	case len(mac) < 16:
-		return nil, errors.New("taskstore: NewRedis: CursorKey shorter than 16 bytes")
+	cfg = cfg.withDefaults()
+	mac, err := cfg.cursorKey("NewRedis")
+	if err != nil {
+		return nil, err
 	}
 	_, cluster := rdb.(*redis.ClusterClient)
-	s := &Redis{rdb: rdb, fused: !cluster, k: keys{prefix: cfg.Prefix}, now: cfg.Now, mac: mac, sTTL: cfg.SessionTTL}
+	s := &Redis{rdb: rdb, fused: !cluster, k: keys{prefix: cfg.Prefix}, now: cfg.Now, cursors: newCursors(mac), sTTL: cfg.SessionTTL, opTimeout: cfg.OpTimeout}
 	s.reads = newReadBatcher(rdb)
 	s.hub.rdb = rdb
+	s.hub.register = s.registerListeners
 	return s, nil
 }
 
@@ -147,33 +172,11 @@ func (s *Redis) nowMS() int64 { return s.now().UnixMilli() }
 // means DefaultLease. With ErrOwnerLimit nothing is stored (on a Cluster the
 // pipelined lease entry is removed by a second, error-path-only request).
 func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
-	if t == nil {
-		return errors.New("taskstore: create: nil task")
-	}
-	if t.ID == "" {
-		id, err := NewID()
-		if err != nil {
-			return err
-		}
-		t.ID = id
-	}
-	switch {
-	case !validOwner(t.Owner):
-		return fmt.Errorf("taskstore: create: invalid owner %q", t.Owner)
-	case !validID(t.ID):
-		return fmt.Errorf("taskstore: create: invalid id %q", t.ID)
-	case t.Session != "" && !validSession(t.Session):
-		return fmt.Errorf("taskstore: create %s: invalid session key", t.ID)
-	case t.TTL < time.Millisecond:
-		return fmt.Errorf("taskstore: create %s: ttl %v < 1ms", t.ID, t.TTL)
-	case t.PollInterval < 0:
-		return fmt.Errorf("taskstore: create %s: negative poll interval", t.ID)
-	case opt.MaxPerOwner < 0:
-		return fmt.Errorf("taskstore: create %s: negative MaxPerOwner", t.ID)
-	}
-	lease := opt.Lease
-	if lease <= 0 {
-		lease = DefaultLease
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
+	lease, err := prepareCreate(t, opt)
+	if err != nil {
+		return err
 	}
 	now := s.nowMS()
 	ttl := t.TTL.Milliseconds()
@@ -231,6 +234,39 @@ func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 	}
 }
 
+// prepareCreate validates a task for Create, gives it a NewID when it has
+// none, and returns the lease to take (opt.Lease, or DefaultLease).
+func prepareCreate(t *Task, opt CreateOptions) (time.Duration, error) {
+	if t == nil {
+		return 0, errors.New("taskstore: create: nil task")
+	}
+	if t.ID == "" {
+		id, err := NewID()
+		if err != nil {
+			return 0, err
+		}
+		t.ID = id
+	}
+	switch {
+	case !validOwner(t.Owner):
+		return 0, fmt.Errorf("taskstore: create: invalid owner %q", t.Owner)
+	case !validID(t.ID):
+		return 0, fmt.Errorf("taskstore: create: invalid id %q", t.ID)
+	case t.Session != "" && !validSession(t.Session):
+		return 0, fmt.Errorf("taskstore: create %s: invalid session key", t.ID)
+	case t.TTL < time.Millisecond:
+		return 0, fmt.Errorf("taskstore: create %s: ttl %v < 1ms", t.ID, t.TTL)
+	case t.PollInterval < 0:
+		return 0, fmt.Errorf("taskstore: create %s: negative poll interval", t.ID)
+	case opt.MaxPerOwner < 0:
+		return 0, fmt.Errorf("taskstore: create %s: negative MaxPerOwner", t.ID)
+	}
+	if opt.Lease <= 0 {
+		return DefaultLease, nil
+	}
+	return opt.Lease, nil
+}
+
 // metaArgs and outcomeArgs are metaFields and outcomeFields as HMGET
 // arguments, converted to interface values once rather than on every call.
 var metaArgs, outcomeArgs = anys(metaFields), anys(outcomeFields)
@@ -258,6 +294,8 @@ func (s *Redis) hmget(ctx context.Context, key string, fields []any) ([]any, err
 // Get implements Store with one HMGET (batched with concurrent reads:
 // readBatcher).
 func (s *Redis) Get(ctx context.Context, owner, id string) (*Task, error) {
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
 	if !validOwner(owner) || !validID(id) {
 		return nil, ErrNotFound
 	}
@@ -272,6 +310,8 @@ func (s *Redis) Get(ctx context.Context, owner, id string) (*Task, error) {
 // err is nil; its Kind is OutcomeNone until the task finished (and stays
 // so for a cancelled task).
 func (s *Redis) Outcome(ctx context.Context, owner, id string) (*Task, *Outcome, error) {
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
 	if !validOwner(owner) || !validID(id) {
 		return nil, nil, ErrNotFound
 	}
@@ -310,14 +350,16 @@ func (s *Redis) decodeLive(op, owner, id string, vals []any) (*Task, error) {
 // InputRequired or "" (keep); msg == "" keeps the current message.
 // lastUpdatedAt moves only when something changed.
 func (s *Redis) Update(ctx context.Context, owner, id string, st Status, msg string) (*Task, error) {
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
 	if st != "" && st != Working && st != InputRequired {
 		return nil, fmt.Errorf("taskstore: update %s: status %q is not working or input_required", id, st)
 	}
 	if !validOwner(owner) || !validID(id) {
 		return nil, ErrNotFound
 	}
-	cmd := updateCmd.Run(ctx, s.rdb, []string{s.k.task(owner, id)},
-		string(st), msg, s.nowMS(), s.k.events(owner, id), s.k.sessEventsPrefix(owner), id)
+	cmd := s.run(ctx, updateCmd, []string{s.k.task(owner, id)},
+		string(st), msg, s.nowMS(), s.k.events(owner, id), s.k.sessEventsPrefix(owner), id, s.k.sessListeners(owner))
 	return s.taskReply("update", owner, id, cmd)
 }
 
@@ -326,6 +368,8 @@ func (s *Redis) Update(ctx context.Context, owner, id string, st Status, msg str
 // OutcomeResult, OutcomeError, OutcomeInternal; out.Raw is stored verbatim.
 // msg replaces the status message (T-25: say why a task failed).
 func (s *Redis) Finish(ctx context.Context, owner, id string, st Status, msg string, out Outcome) (*Task, error) {
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
 	if st != Completed && st != Failed {
 		return nil, fmt.Errorf("taskstore: finish %s: status %q is not completed or failed", id, st)
 	}
@@ -341,6 +385,8 @@ func (s *Redis) Finish(ctx context.Context, owner, id string, st Status, msg str
 // msg replaces the status message. The returned task is the cancelled state
 //
 func (s *Redis) Cancel(ctx context.Context, owner, id, msg string) (*Task, error) {
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
 	return s.terminate(ctx, "cancel", owner, id, Cancelled, msg, Outcome{})
 }
 
@@ -355,7 +401,7 @@ func (s *Redis) terminate(ctx context.Context, op, owner, id string, st Status, 
 	leases, member := s.k.leases(), leaseMember(owner, id)
 	call := scriptCall{terminateCmd, s.terminateKeys(owner, id),
 		[]any{string(st), msg, s.nowMS(), s.k.events(owner, id), string(out.Kind), []byte(out.Raw), 0, id,
-			s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner), keepQueue},
+			s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner), keepQueue, s.k.sessListeners(owner)},
 	}
 	// Removing the lease even when the script refuses is fine: a terminal
 	// or missing task needs none.
@@ -399,10 +445,15 @@ func (s *Redis) taskReply(op, owner, id string, cmd *redis.Cmd) (*Task, error) {
 	}
 }
 
-// Renew implements Store: renewCmd (owner slot) pipelined with ZADD XX on
-// the lease zset, one round trip. A terminal task's lease is not extended;
-// its status is returned so the runner learns of a cancel.
+// Renew implements Store with renewCmd on the owner's slot, one round
+// trip. The lease zset is not touched: its score for the task stays at an
+// earlier deadline, and Recover, which treats the hash's lease field as the
+// authority, moves the score forward when it finds the lease renewed. So a
+// renewal costs one command in Redis, not two. A terminal task's lease is
+// not extended; its status is returned so the runner learns of a cancel.
 func (s *Redis) Renew(ctx context.Context, owner, id string, lease time.Duration) (Status, error) {
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
 	if !validOwner(owner) || !validID(id) {
 		return "", ErrNotFound
 	}
@@ -411,11 +462,7 @@ func (s *Redis) Renew(ctx context.Context, owner, id string, lease time.Duration
 	}
 	now := s.nowMS()
 	deadline := now + lease.Milliseconds()
-	leases, member := s.k.leases(), leaseMember(owner, id)
-	res, err := s.pipe(ctx, []scriptCall{{renewCmd, []string{s.k.task(owner, id)}, []any{now, deadline}}},
-		func(p redis.Pipeliner) {
-			p.ZAddXX(ctx, leases, redis.Z{Score: float64(deadline), Member: member})
-		})
+	res, err := s.pipe(ctx, []scriptCall{{renewCmd, []string{s.k.task(owner, id)}, []any{now, deadline}}}, nil)
 	if err != nil {
 		return "", wrapErr("renew", id, err)
 	}
@@ -437,83 +484,108 @@ func (s *Redis) Renew(ctx context.Context, owner, id string, lease time.Duration
 // recoverBatch bounds one ZRANGEBYSCORE of Recover.
 const recoverBatch = 256
 
-// Recover implements Store. It reads lease entries with a deadline before
-// now-skew, runs terminateCmd with a lease cutoff for each (so a lease
-// renewed meanwhile wins: the hash's lease field is authoritative, the
-// lease zset is only a finder), and drops the entries of tasks that are now
-// terminal or gone. Several replicas may run it at once: each task is
-// failed by exactly one of them, and only that one returns it. The failed
-// tasks get status failed, statusMessage msg and outcome kind internal.
+// Recover implements Store. It reads lease entries scored before
+// now-skew, runs terminateCmd with a lease cutoff for each (the hash's lease
+// field is authoritative, the lease zset is only a finder), drops the
+// entries of tasks that are now terminal or gone, and moves the entries of
+// tasks whose lease was renewed meanwhile to their current deadline (Renew
+// leaves the zset alone). Several replicas may run it at once: each task
+// is failed by exactly one of them, and only that one returns it. The
+// failed tasks get status failed, statusMessage msg and outcome kind
+// internal. Each batch is bounded by OpTimeout.
 func (s *Redis) Recover(ctx context.Context, skew time.Duration, msg string) ([]Task, error) {
 	if skew < 0 {
 		skew = 0
 	}
 	now := s.nowMS()
 	cutoff := now - skew.Milliseconds()
-	max := "(" + strconv.FormatInt(cutoff, 10)
 	var failed []Task
-	var offset int64 // entries skipped because their lease is still valid
 	for {
-		members, err := s.rdb.ZRangeByScore(ctx, s.k.leases(), &redis.ZRangeBy{
-			Min: "-inf", Max: max, Offset: offset, Count: recoverBatch,
-		}).Result()
-		if err != nil {
-			return failed, wrapErr("recover", "", err)
-		}
-		if len(members) == 0 {
-			return failed, nil
-		}
-		calls := make([]scriptCall, 0, len(members))
-		var owners, ids, drop []string
-		for _, m := range members {
-			owner, id, ok := parseLeaseMember(m)
-			if !ok {
-				drop = append(drop, m)
-				continue
-			}
-			owners, ids = append(owners, owner), append(ids, id)
-			calls = append(calls, scriptCall{terminateCmd, s.terminateKeys(owner, id),
-				[]any{string(Failed), msg, now, s.k.events(owner, id), string(OutcomeInternal), "", cutoff, id,
-					s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner), "0"}})
-		}
-		res, err := s.pipe(ctx, calls, nil)
-		if err != nil {
-			return failed, wrapErr("recover", "", err)
-		}
-		for i, cmd := range res {
-			code, vals, err := scriptReply(cmd)
-			if err != nil {
-				return failed, wrapErr("recover", ids[i], err)
-			}
-			switch code {
-			case codeOK:
-				t, err := decodeTask(owners[i], ids[i], vals)
-				if err != nil || t == nil {
-					return failed, fmt.Errorf("taskstore: recover %s: bad script reply: %w", ids[i], err)
-				}
-				failed = append(failed, *t)
-				drop = append(drop, leaseMember(owners[i], ids[i]))
-			case codeNotFound, codeTerminal:
-				drop = append(drop, leaseMember(owners[i], ids[i]))
-			case codeLeaseLive:
-				offset++
-			default:
-				return failed, fmt.Errorf("taskstore: recover %s: unexpected script code %d", ids[i], code)
-			}
-		}
-		if len(drop) > 0 {
-			if err := s.rdb.ZRem(ctx, s.k.leases(), toAny(drop)...).Err(); err != nil {
-				return failed, wrapErr("recover", "", err)
-			}
-		}
-		if len(members) < recoverBatch {
-			return failed, nil
+		var more bool
+		var err error
+		failed, more, err = s.recoverRound(ctx, cutoff, now, msg, failed)
+		if err != nil || !more {
+			return failed, err
 		}
 	}
 }
 
+// recoverRound is one batch of Recover; more reports a full batch.
+func (s *Redis) recoverRound(ctx context.Context, cutoff, now int64, msg string, failed []Task) ([]Task, bool, error) {
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
+	members, err := s.rdb.ZRangeByScore(ctx, s.k.leases(), &redis.ZRangeBy{
+		Min: "-inf", Max: "(" + strconv.FormatInt(cutoff, 10), Count: recoverBatch,
+	}).Result()
+	if err != nil {
+		return failed, false, wrapErr("recover", "", err)
+	}
+	if len(members) == 0 {
+		return failed, false, nil
+	}
+	calls := make([]scriptCall, 0, len(members))
+	var owners, ids, drop []string
+	for _, m := range members {
+		owner, id, ok := parseLeaseMember(m)
+		if !ok {
+			drop = append(drop, m)
+			continue
+		}
+		owners, ids = append(owners, owner), append(ids, id)
+		calls = append(calls, scriptCall{terminateCmd, s.terminateKeys(owner, id),
+			[]any{string(Failed), msg, now, s.k.events(owner, id), string(OutcomeInternal), "", cutoff, id,
+				s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner), "0", s.k.sessListeners(owner)}})
+	}
+	res, err := s.pipe(ctx, calls, nil)
+	if err != nil {
+		return failed, false, wrapErr("recover", "", err)
+	}
+	var moved []redis.Z
+	for i, cmd := range res {
+		code, vals, err := scriptReply(cmd)
+		if err != nil {
+			return failed, false, wrapErr("recover", ids[i], err)
+		}
+		switch code {
+		case codeOK:
+			t, err := decodeTask(owners[i], ids[i], vals)
+			if err != nil || t == nil {
+				return failed, false, fmt.Errorf("taskstore: recover %s: bad script reply: %w", ids[i], err)
+			}
+			failed = append(failed, *t)
+			drop = append(drop, leaseMember(owners[i], ids[i]))
+		case codeNotFound, codeTerminal:
+			drop = append(drop, leaseMember(owners[i], ids[i]))
+		case codeLeaseLive:
+			lease, _ := vals[0].(string)
+			score, err := strconv.ParseInt(lease, 10, 64)
+			if err != nil || score < cutoff {
+				return failed, false, fmt.Errorf("taskstore: recover %s: bad lease %q", ids[i], lease)
+			}
+			moved = append(moved, redis.Z{Score: float64(score), Member: leaseMember(owners[i], ids[i])})
+		default:
+			return failed, false, fmt.Errorf("taskstore: recover %s: unexpected script code %d", ids[i], code)
+		}
+	}
+	if len(drop) > 0 || len(moved) > 0 {
+		p := s.rdb.Pipeline()
+		if len(drop) > 0 {
+			p.ZRem(ctx, s.k.leases(), toAny(drop)...)
+		}
+		if len(moved) > 0 {
+			p.ZAddXX(ctx, s.k.leases(), moved...)
+		}
+		if _, err := p.Exec(ctx); err != nil {
+			return failed, false, wrapErr("recover", "", err)
+		}
+	}
+	return failed, len(members) == recoverBatch, nil
+}
+
 // SessionVersion implements Store with one GET of P:sess:<sha256(session)>.
 func (s *Redis) SessionVersion(ctx context.Context, session string) (string, error) {
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
 	v, err := s.rdb.Get(ctx, s.k.session(session)).Result()
 	if errors.Is(err, redis.Nil) {
 		return "", nil
@@ -527,6 +599,8 @@ func (s *Redis) SessionVersion(ctx context.Context, session string) (string, err
 // SetSessionVersion implements Store with one SET PX; ttl <= 0 means
 // Config.SessionTTL.
 func (s *Redis) SetSessionVersion(ctx context.Context, session, version string, ttl time.Duration) error {
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
 	if ttl <= 0 {
 		ttl = s.sTTL
 	}
@@ -538,10 +612,38 @@ func (s *Redis) SetSessionVersion(ctx context.Context, session, version string, 
 
 // Ping implements Store.
 func (s *Redis) Ping(ctx context.Context) error {
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
 	if err := s.rdb.Ping(ctx).Err(); err != nil {
 		return wrapErr("ping", "", err)
 	}
 	return nil
+}
+
+// run runs script (EVALSHA) in a batch with the other commands waiting at
+// the same moment (readBatcher). A script missing from the server's cache
+// (restart, failover, new Cluster node) fails with NOSCRIPT without
+// running; it is then sent alone with EVAL, which also loads it.
+func (s *Redis) run(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	cargs := make([]any, 0, 3+len(keys)+len(args))
+	cargs = append(cargs, "evalsha", script.Hash(), len(keys))
+	for _, k := range keys {
+		cargs = append(cargs, k)
+	}
+	cmd := redis.NewCmd(ctx, append(cargs, args...)...)
+	err := s.reads.do(ctx, cmd)
+	switch {
+	case err == nil:
+		return cmd
+	case isNoScript(err):
+		return script.Eval(ctx, s.rdb, keys, args...)
+	default:
+		// cmd is not read again: when ctx ended first, its batch may still
+		// be writing it.
+		failed := redis.NewCmd(ctx)
+		failed.SetErr(err)
+		return failed
+	}
 }
 
 // scriptCall is one script invocation in a pipeline.
@@ -561,7 +663,7 @@ func (s *Redis) pipe(ctx context.Context, calls []scriptCall, extra func(redis.P
 	if len(calls) == 1 && extra == nil {
 		// One command: no pipeline (Run is EVALSHA, EVAL on NOSCRIPT).
 		c := calls[0]
-		cmd := c.script.Run(ctx, s.rdb, c.keys, c.args...)
+		cmd := s.run(ctx, c.script, c.keys, c.args...)
 		if err := transportErr([]redis.Cmder{cmd}, cmd.Err()); err != nil {
 			return nil, err
 		}

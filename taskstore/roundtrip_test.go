@@ -34,9 +34,10 @@ func (h *countHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pr
 	}
 }
 
-// TestRoundTrips: DESIGN decision 2, one round trip per operation (after
-// the scripts are cached: the first EVALSHA of a cold server costs a
-// NOSCRIPT reply and an EVAL).
+// TestRoundTrips: create, complete, cancel and get are one round trip each
+// (one script or command changes the hash, the index and the wake-up
+// together), counted after the scripts are cached: the first EVALSHA of a
+// cold server costs a NOSCRIPT reply and an EVAL.
 func TestRoundTrips(t *testing.T) {
 	backends := map[string]func(t *testing.T) string{
 		"miniredis":    func(t *testing.T) string { return miniredis.RunT(t).Addr() },
@@ -67,7 +68,9 @@ func TestRoundTrips(t *testing.T) {
 				{"Enqueue trimming", func() error { _, err := s.Enqueue(ctx, ownerA, task.ID, KindRequest, []byte(`{}`), 1); return err }},
 				{"QueuedTasks", func() error { _, err := s.QueuedTasks(ctx, ownerA, sessA); return err }},
 				{"Drain", func() error { _, err := s.Drain(ctx, ownerA, task.ID); return err }},
-				{"Requeue", func() error { return s.Requeue(ctx, ownerA, task.ID, [][]byte{[]byte("a"), []byte("b")}) }},
+				{"Requeue", func() error {
+					return s.Requeue(ctx, ownerA, task.ID, []Message{{KindRequest, []byte("a")}, {KindRequest, []byte("b")}})
+				}},
 				{"SetListening", func() error { return s.SetListening(ctx, ownerA, task.ID, time.Minute) }},
 				{"SetListening(0)", func() error { return s.SetListening(ctx, ownerA, task.ID, 0) }},
 				{"AddPending", func() error { return s.AddPending(ctx, ownerA, sessA, `1`, task.ID) }},
@@ -134,7 +137,7 @@ func TestScriptCacheFlushed(t *testing.T) {
 			if l, _, err := s.List(ctx, ownerA, "", 10); err != nil || len(l) != 1 {
 				t.Fatalf("List after flush = %d, %v", len(l), err)
 			}
-			n, err := b.raw.ZCard(ctx, s.k.leases()).Result()
+			n, err := b.raw.ZCard(ctx, b.k.leases()).Result()
 			if err != nil || n != 0 {
 				t.Errorf("lease zset has %d members after Finish, want 0 (%v)", n, err)
 			}
@@ -270,7 +273,7 @@ func TestUnavailable(t *testing.T) {
 	errs["Ping"] = s.Ping(ctx)
 	_, errs["Enqueue"] = s.Enqueue(ctx, ownerA, id, KindProgress, []byte("x"), 0)
 	_, errs["Drain"] = s.Drain(ctx, ownerA, id)
-	errs["Requeue"] = s.Requeue(ctx, ownerA, id, [][]byte{[]byte("x")})
+	errs["Requeue"] = s.Requeue(ctx, ownerA, id, []Message{{KindRequest, []byte("x")}})
 	errs["SetListening"] = s.SetListening(ctx, ownerA, id, time.Second)
 	_, errs["QueuedTasks"] = s.QueuedTasks(ctx, ownerA, sessA)
 	errs["AddPending"] = s.AddPending(ctx, ownerA, sessA, "1", id)

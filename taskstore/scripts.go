@@ -1,6 +1,7 @@
 package taskstore
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -39,13 +40,24 @@ var outcomeFields = append(append([]string(nil), metaFields...), fOutKind, fOut)
 //     removes it at the same instant, this makes the cut-off exact even when a
 //     backend expires lazily)
 //   - terminal(s): completed, failed or cancelled (T-23)
-//   - extend(k, at, now): make k live at least until unix ms at. Uses PTTL
-//     rather than PEXPIREAT NX/GT so it also runs on Redis < 7.
+//   - extend(k, at, now): make k live until about unix ms at: PEXPIREAT at
+//     unless k already lives until at least at - TOL. The callers round at
+//     up to a multiple of keepStep, so the creates of one step find the
+//     expiry set and skip the PEXPIREAT; TOL (keepStep/2) absorbs the time
+//     between "now" on the replica's clock and the script's run on the
+//     server's (PTTL counts from the server's clock), which would otherwise
+//     make every script that runs a millisecond late re-issue it. Uses
+//     PTTL rather than PEXPIREAT NX/GT so it also runs on Redis < 7.
 //   - ms(x): integer ms as a decimal string (Lua numbers would print as
 //     1.7e+12 on gopher-lua).
-//   - announce(set, ch, sess, id, keep, now): if sess is set, add id to the
-//     session's queued set (set..sess, kept until keep) and publish "q:<id>"
-//     on the session channel ch..sess.
+//   - keepUntil(at): at rounded up to a multiple of keepStep (for extend).
+//   - spub(reg, ch, sess, payload, now): publish payload on the session
+//     channel ch..sess, but only if the listener registry reg (a hash:
+//     session -> unix ms until which some replica listens) says a replica
+//     listens; a PUBLISH nobody receives still costs Redis (and on a
+//     Cluster is sent to every node).
+//   - announce(set, ch, sess, id, keep, now, reg): if sess is set, add id to
+//     the session's queued set (set..sess, kept until keep) and spub "q:<id>".
 //   - trim(k, excess): drop the excess oldest "p" elements of queue k, then
 //     the oldest "n" ones, never "r"; returns how many were dropped.
 var luaPrelude = `
@@ -55,15 +67,22 @@ local function expiry(v) return tonumber(v[3]) + tonumber(v[5]) end
 local function alive(v, now) return v[1] and (expiry(v) > now) end
 local function terminal(s) return s == "completed" or s == "failed" or s == "cancelled" end
 local function ms(x) return string.format("%d", x) end
+local STEP = ` + strconv.FormatInt(keepStep.Milliseconds(), 10) + `
+local function keepUntil(at) return math.ceil(at / STEP) * STEP end
+local TOL = ` + strconv.FormatInt(keepStep.Milliseconds()/2, 10) + `
 local function extend(k, at, now)
   local p = redis.call("PTTL", k)
-  if p < 0 or now + p < at then redis.call("PEXPIREAT", k, ms(at)) end
+  if p < 0 or now + p < at - TOL then redis.call("PEXPIREAT", k, ms(at)) end
 end
-local function announce(set, ch, sess, id, keep, now)
+local function spub(reg, ch, sess, payload, now)
+  local u = redis.call("HGET", reg, sess)
+  if u and tonumber(u) > now then redis.call("PUBLISH", ch .. sess, payload) end
+end
+local function announce(set, ch, sess, id, keep, now, reg)
   if not sess or sess == "" then return end
   redis.call("SADD", set .. sess, id)
   extend(set .. sess, keep, now)
-  redis.call("PUBLISH", ch .. sess, "q:" .. id)
+  spub(reg, ch, sess, "q:" .. id, now)
 end
 local function trim(k, excess)
   local marked = 0
@@ -181,7 +200,8 @@ return 1
 //
 // KEYS[1] task hash. ARGV[1] status ("" keeps), ARGV[2] message ("" keeps),
 // ARGV[3] now ms, ARGV[4] event channel, ARGV[5] session channel prefix
-// P:{owner}:sess:, ARGV[6] id.
+// P:{owner}:sess:, ARGV[6] id, ARGV[7] session listener registry
+// P:{owner}:sl (spub).
 // Returns {1, meta...} after the update, {0} missing or expired, {-1} terminal.
 var updateCmd = redis.NewScript(luaPrelude + `
 local now = tonumber(ARGV[3])
@@ -195,7 +215,7 @@ if changed then
   v[4] = ms(math.max(now, tonumber(v[4])))
   redis.call("HSET", KEYS[1], "status", v[1], "msg", v[2], "updated", v[4])
   redis.call("PUBLISH", ARGV[4], "u")
-  if v[10] and v[10] ~= "" then redis.call("PUBLISH", ARGV[5] .. v[10], "s:" .. ARGV[6]) end
+  if v[10] and v[10] ~= "" then spub(ARGV[7], ARGV[5], v[10], "s:" .. ARGV[6], now) end
 end
 return reply(1, v)
 `)
@@ -219,14 +239,16 @@ return reply(1, v)
 // ARGV[6] outcome raw, ARGV[7] lease cutoff ms (0 = none; else refuse
 // unless the task's lease deadline < cutoff), ARGV[8] id, ARGV[9] session
 // queued-set prefix P:{owner}:sq:, ARGV[10] session channel prefix,
-// ARGV[11] "1" to keep queued notifications (Finish).
+// ARGV[11] "1" to keep queued notifications (Finish), ARGV[12] session
+// listener registry (spub).
 // Optional, on a single node (Finish and Cancel; not Cluster, not Recover):
-// KEYS[6] the lease zset and ARGV[12] the lease member, removed first
+// KEYS[6] the lease zset and ARGV[13] the lease member, removed first
 // whatever the outcome (a terminal or missing task needs no lease).
 // Returns {1, meta...} after the change, {0} missing or expired,
-// {-1} terminal, {-2} lease not expired.
+// {-1} terminal, {-2, lease deadline ms} lease not expired (Recover moves
+// the lease entry there).
 var terminateCmd = redis.NewScript(luaPrelude + `
-if KEYS[6] then redis.call("ZREM", KEYS[6], ARGV[12]) end
+if KEYS[6] then redis.call("ZREM", KEYS[6], ARGV[13]) end
 local now = tonumber(ARGV[3])
 local v = meta(KEYS[1])
 if not alive(v, now) then return {0} end
@@ -234,7 +256,7 @@ if terminal(v[1]) then return {-1} end
 local cutoff = tonumber(ARGV[7])
 if cutoff > 0 then
   local lease = tonumber(redis.call("HGET", KEYS[1], "lease") or "0")
-  if lease >= cutoff then return {-2} end
+  if lease >= cutoff then return {-2, ms(lease)} end
 end
 v[1] = ARGV[1]
 v[2] = ARGV[2]
@@ -271,7 +293,7 @@ end
 redis.call("PUBLISH", ARGV[4], "t")
 if v[10] and v[10] ~= "" then
   if kept == 0 then redis.call("SREM", ARGV[9] .. v[10], ARGV[8]) end
-  redis.call("PUBLISH", ARGV[10] .. v[10], "s:" .. ARGV[8])
+  spub(ARGV[12], ARGV[10], v[10], "s:" .. ARGV[8], now)
 end
 return reply(1, v)
 `)
@@ -352,7 +374,8 @@ return out
 // ARGV[1] now ms, ARGV[2] kind ("p", "n" or "r"), ARGV[3] message,
 // ARGV[4] max queue length (0 = unbounded), ARGV[5] task channel,
 // ARGV[6] session queued-set prefix P:{owner}:sq:, ARGV[7] session channel
-// prefix P:{owner}:sess:, ARGV[8] id, ARGV[9] slack ms for the queued set.
+// prefix P:{owner}:sess:, ARGV[8] id, ARGV[9] slack ms for the queued set,
+// ARGV[10] session listener registry (spub).
 // Returns {1, dropped} queued, {0} missing or expired, {-1} terminal
 // (nothing queued). The queue expires with the task.
 var enqueueCmd = redis.NewScript(luaPrelude + `
@@ -362,13 +385,15 @@ if not alive(v, now) then return {0} end
 if terminal(v[1]) then return {-1} end
 local exp = expiry(v)
 local n = redis.call("RPUSH", KEYS[2], ARGV[2] .. ARGV[3])
-redis.call("PEXPIREAT", KEYS[2], ms(exp))
+-- Every path that creates the queue sets its expiry, so only a new queue
+-- needs one.
+if n == 1 then redis.call("PEXPIREAT", KEYS[2], ms(exp)) end
 local dropped = 0
 local max = tonumber(ARGV[4])
 if max > 0 and n > max then dropped = trim(KEYS[2], n - max) end
 redis.call("PUBLISH", ARGV[5], "m")
 if redis.call("EXISTS", KEYS[3]) == 0 then
-  announce(ARGV[6], ARGV[7], v[10], ARGV[8], exp + tonumber(ARGV[9]), now)
+  announce(ARGV[6], ARGV[7], v[10], ARGV[8], keepUntil(exp + tonumber(ARGV[9])), now, ARGV[10])
 end
 return {1, dropped}
 `)
@@ -394,7 +419,8 @@ return r
 // KEYS[1] task hash, KEYS[2] queue, KEYS[3] listening mark.
 // ARGV[1] now ms, ARGV[2] task channel, ARGV[3] session queued-set prefix,
 // ARGV[4] session channel prefix, ARGV[5] id, ARGV[6] slack ms,
-// ARGV[7..] elements (kind byte + message), oldest first.
+// ARGV[7] session listener registry (spub), ARGV[8..] elements (kind byte +
+// message), oldest first.
 // Returns {1} requeued, {0} missing or expired, {-1} terminal.
 var requeueCmd = redis.NewScript(luaPrelude + `
 local now = tonumber(ARGV[1])
@@ -402,11 +428,11 @@ local v = meta(KEYS[1])
 if not alive(v, now) then return {0} end
 if terminal(v[1]) then return {-1} end
 local exp = expiry(v)
-for i = #ARGV, 7, -1 do redis.call("LPUSH", KEYS[2], ARGV[i]) end
+for i = #ARGV, 8, -1 do redis.call("LPUSH", KEYS[2], ARGV[i]) end
 redis.call("PEXPIREAT", KEYS[2], ms(exp))
 redis.call("PUBLISH", ARGV[2], "m")
 if redis.call("EXISTS", KEYS[3]) == 0 then
-  announce(ARGV[3], ARGV[4], v[10], ARGV[5], exp + tonumber(ARGV[6]), now)
+  announce(ARGV[3], ARGV[4], v[10], ARGV[5], keepUntil(exp + tonumber(ARGV[6])), now, ARGV[7])
 end
 return {1}
 `)
@@ -418,7 +444,7 @@ return {1}
 // KEYS[1] task hash, KEYS[2] listening mark, KEYS[3] queue.
 // ARGV[1] now ms, ARGV[2] mark ttl ms (<= 0 clears), ARGV[3] session
 // queued-set prefix, ARGV[4] session channel prefix, ARGV[5] id, ARGV[6]
-// slack ms.
+// slack ms, ARGV[7] session listener registry (spub).
 // Returns {1} done, {0} missing or expired (setting only; clearing always
 // succeeds). The mark lives min(ttl, task expiry - now).
 var listenCmd = redis.NewScript(luaPrelude + `
@@ -428,7 +454,7 @@ local v = meta(KEYS[1])
 if ttl <= 0 then
   redis.call("DEL", KEYS[2])
   if alive(v, now) and not terminal(v[1]) and redis.call("LLEN", KEYS[3]) > 0 then
-    announce(ARGV[3], ARGV[4], v[10], ARGV[5], expiry(v) + tonumber(ARGV[6]), now)
+    announce(ARGV[3], ARGV[4], v[10], ARGV[5], keepUntil(expiry(v) + tonumber(ARGV[6])), now, ARGV[7])
   end
   return {1}
 end
@@ -506,4 +532,29 @@ var takeCmd = redis.NewScript(`
 local r = redis.call("LRANGE", KEYS[1], 0, -1)
 if #r > 0 then redis.call("DEL", KEYS[1]) end
 return r
+`)
+
+// sessListenCmd records that this replica listens on a session channel
+// until a given time (the registry spub consults), and prunes expired
+// entries once the registry holds more than 32.
+//
+// KEYS[1] session listener registry P:{owner}:sl (hash: session -> unix ms).
+// ARGV[1] now ms, ARGV[2] listen-until ms, ARGV[3] keep-until ms (rounded
+// to keepStep, >= listen-until), ARGV[4..] sessions.
+// Returns 1.
+var sessListenCmd = redis.NewScript(luaPrelude + `
+local now = tonumber(ARGV[1])
+local untilMS = tonumber(ARGV[2])
+for i = 4, #ARGV do
+  local cur = tonumber(redis.call("HGET", KEYS[1], ARGV[i]) or "0")
+  if cur < untilMS then redis.call("HSET", KEYS[1], ARGV[i], ARGV[2]) end
+end
+extend(KEYS[1], tonumber(ARGV[3]), now)
+if redis.call("HLEN", KEYS[1]) > 32 then
+  local all = redis.call("HGETALL", KEYS[1])
+  for i = 1, #all, 2 do
+    if tonumber(all[i + 1]) <= now then redis.call("HDEL", KEYS[1], all[i]) end
+  end
+end
+return 1
 `)

@@ -28,7 +28,9 @@ func (s Status) Terminal() bool {
 type OutcomeKind string
 
 // Outcome kinds. The store keeps the upstream's answer raw; mapping it to a
-// wire status is the caller's job (DESIGN decision 7).
+// wire status is the caller's job: each protocol era renders the same raw
+// outcome its own way (an isError result is failed on one wire and completed
+// on the other).
 const (
 	// OutcomeNone: no outcome (task not finished, or cancelled).
 	OutcomeNone OutcomeKind = ""
@@ -73,13 +75,23 @@ type Task struct {
 // ExpiresAt is CreatedAt + TTL: after it the task and its outcome are gone (T-30).
 func (t *Task) ExpiresAt() time.Time { return t.CreatedAt.Add(t.TTL) }
 
-// Kinds of task events (the payload of a task's channel), for WatchKinds.
+// EventKind is a set of task event kinds, for WatchKinds. The kinds are
+// bits, so a set is their sum or bitwise or; 0 means every kind.
+type EventKind uint8
+
+// Kinds of task events.
 const (
-	EventUpdate   = "u" // status or message changed (Update)
-	EventTerminal = "t" // finished, cancelled or failed by recovery
-	EventMessage  = "m" // a message was queued for the client (Enqueue, Requeue)
-	EventAnswer   = "a" // a client answer reached the task's inbox
+	EventUpdate   EventKind = 1 << iota // status or message changed (Update)
+	EventTerminal                       // finished, cancelled or failed by recovery
+	EventMessage                        // a message was queued for the client (Enqueue, Requeue)
+	EventAnswer                         // a client answer reached the task's inbox
+
+	// AllEvents is every kind (the same as 0).
+	AllEvents = EventUpdate | EventTerminal | EventMessage | EventAnswer
 )
+
+// has reports whether the set k (0 = all) contains kind.
+func (k EventKind) has(kind EventKind) bool { return k == 0 || k&kind != 0 }
 
 // Errors returned by Store implementations. Callers use errors.Is.
 var (
@@ -95,7 +107,8 @@ var (
 	ErrUnavailable = errors.New("taskstore: task store unavailable")
 )
 
-// MessageKind classifies a queued message for the queue bound.
+// MessageKind classifies a queued message for the queue bound. The caller
+// says what a message is; the store never parses messages.
 type MessageKind byte
 
 // Message kinds, in the order Enqueue drops them when a queue is full.
@@ -105,15 +118,55 @@ const (
 	KindRequest      MessageKind = 'r' // server-to-client requests: never dropped
 )
 
+// Message is one queued message: the bytes the upstream sent, stored
+// verbatim, and the kind the caller gave when it queued them (Drain returns
+// it so that Requeue can put the message back in its class).
+type Message struct {
+	Kind MessageKind
+	Data []byte
+}
+
+// SessionEventKind says what a SessionEvent reports.
+type SessionEventKind byte
+
+// Session event kinds.
+const (
+	// SessionQueued: the task has queued messages (drain them).
+	SessionQueued SessionEventKind = 'q'
+	// SessionStatus: the task's status or message changed (re-read it).
+	SessionStatus SessionEventKind = 's'
+	// SessionRescan: events may have been lost (pub/sub reconnect, a full
+	// channel, Close): re-scan QueuedTasks and re-read the session's
+	// tasks. TaskID is then "".
+	SessionRescan SessionEventKind = 'r'
+)
+
+// valid reports whether k is one of the three message kinds.
+func (k MessageKind) valid() bool {
+	return k == KindProgress || k == KindNotification || k == KindRequest
+}
+
 // SessionEvent is a wake-up on a session's channel (WatchSession).
 type SessionEvent struct {
-	// Kind is 'q' (the task has queued messages), 's' (the task's status
-	// changed) or 'r' (events may have been lost: pub/sub reconnect, a
-	// full channel or Close; re-scan QueuedTasks and re-read the
-	// session's tasks; TaskID is then "").
-	Kind   byte
+	Kind   SessionEventKind
 	TaskID string
 }
+
+// DefaultOpTimeout is Config.OpTimeout when zero: how long one store
+// operation may take when the caller's context has no deadline.
+const DefaultOpTimeout = 3 * time.Second
+
+// bound returns ctx limited to d from now when it has no deadline, else
+// ctx itself (at no cost): a caller's own deadline, shorter or longer,
+// wins.
+func bound(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, noCancel
+	}
+	return context.WithTimeout(ctx, d)
+}
+
+func noCancel() {}
 
 // CreateOptions bound a creation.
 type CreateOptions struct {
@@ -123,9 +176,29 @@ type CreateOptions struct {
 	Lease time.Duration
 }
 
-// Store keeps tasks and their outcomes. Implementations are safe for
-// concurrent use. Every method with a ctx does I/O and honours its deadline.
+// Store keeps tasks and their outcomes: the union of the role interfaces
+// below, which callers may accept instead when they need one role only.
+// Implementations (Redis, Embedded) are safe for concurrent use.
+//
+// Every method with a ctx honours its deadline. Callers need not set one:
+// an operation whose ctx has no deadline is bounded by the store's own
+// per-operation timeout (Config.OpTimeout, default DefaultOpTimeout).
 type Store interface {
+	Tasks
+	Leases
+	Events
+	Mailboxes
+	SessionVersions
+	// SessionRecords (sessions.go): owner binding and lifetime of the
+	// upstream sessions.
+	SessionRecords
+	// Ping checks that the store is reachable.
+	Ping(ctx context.Context) error
+}
+
+// Tasks creates, reads, changes and lists tasks. Status changes refuse to
+// leave a terminal status.
+type Tasks interface {
 	// Create stores t (status working, CreatedAt == UpdatedAt) and takes a
 	// lease for t.Runner, in one round trip. ErrOwnerLimit when over
 	// MaxPerOwner; then nothing is stored.
@@ -134,54 +207,72 @@ type Store interface {
 	Get(ctx context.Context, owner, id string) (*Task, error)
 	// Update moves a non-terminal task between working and input_required
 	// and/or sets its status message (msg == "" keeps the current one).
-	// A change wakes Watch and, if the task has a session, WatchSession ('s').
-	// ErrTerminal if terminal, ErrNotFound if missing.
+	// A change wakes Watch and, if the task has a session, WatchSession
+	// (SessionStatus). ErrTerminal if terminal, ErrNotFound if missing.
 	Update(ctx context.Context, owner, id string, st Status, msg string) (*Task, error)
 	// Finish moves a non-terminal task to completed or failed, stores out,
-	// drops its lease and deletes its outbound queue, inbox and listening
-	// mark. ErrTerminal if already terminal (a late outcome after a cancel
-	// is dropped, T-59), ErrNotFound if missing/expired.
+	// drops its lease and deletes its inbox and listening mark; of its
+	// outbound queue it keeps the notifications (they precede the result)
+	// and drops the requests. ErrTerminal if already terminal (a late
+	// outcome after a cancel is dropped, T-59), ErrNotFound if missing or
+	// expired.
 	Finish(ctx context.Context, owner, id string, st Status, msg string, out Outcome) (*Task, error)
 	// Cancel moves a non-terminal task to cancelled (T-58) and returns it,
-	// deleting its outbound queue, inbox and listening mark like Finish.
+	// deleting its outbound queue, inbox and listening mark.
 	// ErrTerminal if already terminal (T-57), ErrNotFound if missing.
 	Cancel(ctx context.Context, owner, id, msg string) (*Task, error)
 	// Outcome returns the task and its stored outcome in one round trip.
+	// The Outcome is never nil when err is nil; its Raw must not be
+	// modified.
 	Outcome(ctx context.Context, owner, id string) (*Task, *Outcome, error)
 	// List returns up to limit of owner's live tasks in creation order,
 	// starting after cursor ("" = from the start), and the cursor of the
 	// next page ("" = no more). ErrBadCursor for a cursor it did not issue.
 	List(ctx context.Context, owner, cursor string, limit int) ([]Task, string, error)
-	// Watch delivers a signal on the returned channel whenever the task
-	// changes, a message is enqueued or requeued for it, or an answer
-	// arrives for it (any replica). The store stays the source of truth: callers
-	// re-read after each signal. stop releases the subscription.
-	Watch(ctx context.Context, owner, id string) (ch <-chan struct{}, stop func(), err error)
-	// WatchKinds is Watch for the event kinds listed in kinds only (see
-	// the Event constants; "" = all). Reconnects always signal.
-	WatchKinds(ctx context.Context, owner, id, kinds string) (ch <-chan struct{}, stop func(), err error)
+}
+
+// Leases keep a running task bound to the process running it: Create takes
+// the lease, the runner renews it, and any process fails the tasks whose
+// runner stopped renewing.
+type Leases interface {
 	// Renew extends the runner's lease to now+lease and returns the task's
 	// current status (so a runner learns of a cancel even without Watch).
 	Renew(ctx context.Context, owner, id string, lease time.Duration) (Status, error)
 	// Recover fails every non-terminal task whose lease expired more than
-	// skew ago, with statusMessage msg (deleting queue and inbox like
-	// Finish), and returns those tasks.
+	// skew ago, with statusMessage msg and outcome kind internal (deleting
+	// queue and inbox like Cancel), and returns those tasks. Concurrent
+	// Recovers (any replica) fail and return each task once.
 	Recover(ctx context.Context, skew time.Duration, msg string) ([]Task, error)
-	// SessionVersion returns the upstream protocol version recorded for the
-	// session key, or "" when none was recorded.
-	SessionVersion(ctx context.Context, session string) (string, error)
-	// SetSessionVersion records the upstream's protocol version for a session.
-	SetSessionVersion(ctx context.Context, session, version string, ttl time.Duration) error
+}
 
-	// Task streams: messages the upstream sends while a task runs are
-	// queued per task and delivered once, by whichever stream drains them;
-	// the client's answers travel back through a per-task inbox.
+// Events are wake-ups. The store stays the source of truth: a watcher
+// subscribes first, then re-reads, and re-reads after each signal.
+type Events interface {
+	// Watch delivers a signal on the returned channel whenever the task
+	// changes, a message is enqueued or requeued for it, or an answer
+	// arrives for it (any replica). It returns once subscribed; ctx bounds
+	// only the subscription. Signals are coalesced (buffer of one) and may
+	// be spurious; the channel is never closed; stop releases the
+	// subscription, is idempotent and must be called.
+	Watch(ctx context.Context, owner, id string) (ch <-chan struct{}, stop func(), err error)
+	// WatchKinds is Watch for the event kinds in kinds only (0 = all).
+	// Reconnects and Close always signal.
+	WatchKinds(ctx context.Context, owner, id string, kinds EventKind) (ch <-chan struct{}, stop func(), err error)
+	// WatchSession subscribes to the session's events. Same contract as
+	// Watch, except that events carry a payload and are not coalesced; a
+	// SessionRescan stands for whatever may have been lost.
+	WatchSession(ctx context.Context, owner, session string) (<-chan SessionEvent, func(), error)
+}
 
+// Mailboxes carry messages while a task runs: the upstream's messages are
+// queued per task and delivered once, by whichever stream drains them; the
+// client's answers travel back through a per-task inbox.
+type Mailboxes interface {
 	// Enqueue appends msg to the task's outbound queue and wakes listeners, in
 	// one round trip. If a tasks/result listener is registered (SetListening),
 	// only the task's Watch channel is signalled; otherwise also the session
-	// channel (SessionEvent 'q') and the task id is recorded in the session's
-	// set of tasks with queued messages. When the queue is longer than max
+	// (SessionQueued) and the task id is recorded in the session's set of
+	// tasks with queued messages. When the queue is longer than max
 	// (max > 0), the oldest progress messages are dropped first, then the oldest
 	// other notifications; requests are never dropped (the queue may then exceed
 	// max). Returns how many were dropped. ErrTerminal if the task is terminal
@@ -190,33 +281,33 @@ type Store interface {
 	// Drain removes and returns all queued messages of the task, FIFO, atomically
 	// (two concurrent Drains never return the same message), and removes the task
 	// from its session's queued set.
-	Drain(ctx context.Context, owner, id string) ([][]byte, error)
-	// Requeue puts msgs (undelivered, in order) back at the head of the queue.
-	Requeue(ctx context.Context, owner, id string, msgs [][]byte) error
+	Drain(ctx context.Context, owner, id string) ([]Message, error)
+	// Requeue puts msgs (undelivered, in order, as Drain returned them)
+	// back at the head of the queue and wakes listeners like Enqueue.
+	Requeue(ctx context.Context, owner, id string, msgs []Message) error
 	// SetListening marks (ttl > 0) or unmarks (ttl <= 0) an open tasks/result
 	// stream for the task; the mark expires after ttl unless refreshed.
 	SetListening(ctx context.Context, owner, id string, ttl time.Duration) error
 	// QueuedTasks lists the session's tasks with queued messages.
 	QueuedTasks(ctx context.Context, owner, session string) ([]string, error)
-	// WatchSession subscribes to the session's channel; events carry a payload.
-	// Same contract as Watch (returns once subscribed; ctx bounds only the
-	// subscription; stop is idempotent; on pub/sub reconnect deliver a
-	// SessionEvent{Kind: 'r'} so the caller re-scans).
-	WatchSession(ctx context.Context, owner, session string) (<-chan SessionEvent, func(), error)
 	// AddPending records that upstream request reqID (raw JSON id text) of the
 	// session belongs to task id (expires with the task).
 	AddPending(ctx context.Context, owner, session, reqID, id string) error
 	// Answer, if reqID is pending for (owner, session): removes it, appends msg
 	// (the client's JSON-RPC response) to the task's inbox, signals the task's
-	// Watch channel, and returns the task id — one script. ErrNotFound if not pending.
+	// Watch channel, and returns the task id, atomically. ErrNotFound if not pending.
 	Answer(ctx context.Context, owner, session, reqID string, msg []byte) (taskID string, err error)
 	// TakeAnswers removes and returns the task's inbox (FIFO).
 	TakeAnswers(ctx context.Context, owner, id string) ([][]byte, error)
+}
 
-	// Session records (sessions.go): owner binding and lifetime of the
-	// upstream sessions.
-	SessionRecords
-
-	// Ping checks that the store is reachable.
-	Ping(ctx context.Context) error
+// SessionVersions keep the upstream protocol version of each session,
+// shared by replicas.
+type SessionVersions interface {
+	// SessionVersion returns the upstream protocol version recorded for the
+	// session key, or "" when none was recorded.
+	SessionVersion(ctx context.Context, session string) (string, error)
+	// SetSessionVersion records the upstream's protocol version for a
+	// session; ttl <= 0 means Config.SessionTTL.
+	SetSessionVersion(ctx context.Context, session, version string, ttl time.Duration) error
 }

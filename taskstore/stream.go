@@ -2,7 +2,6 @@ package taskstore
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -23,6 +22,8 @@ import (
 // into Redis as is; kind must be KindProgress, KindNotification or
 // KindRequest.
 func (s *Redis) Enqueue(ctx context.Context, owner, id string, kind MessageKind, msg []byte, max int) (int, error) {
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
 	var k string // the element's first byte, as a constant (no allocation)
 	switch kind {
 	case KindProgress:
@@ -40,10 +41,10 @@ func (s *Redis) Enqueue(ctx context.Context, owner, id string, kind MessageKind,
 	if max < 0 {
 		max = 0
 	}
-	cmd := enqueueCmd.Run(ctx, s.rdb,
+	cmd := s.run(ctx, enqueueCmd,
 		[]string{s.k.task(owner, id), s.k.queue(owner, id), s.k.listening(owner, id)},
 		s.nowMS(), k, msg, max, s.k.events(owner, id),
-		s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner), id, indexSlack.Milliseconds())
+		s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner), id, indexSlack.Milliseconds(), s.k.sessListeners(owner))
 	code, vals, err := scriptReply(cmd)
 	if err != nil {
 		return 0, wrapErr("enqueue", id, err)
@@ -66,59 +67,47 @@ func (s *Redis) Enqueue(ctx context.Context, owner, id string, kind MessageKind,
 
 // Drain implements Store with drainCmd, one round trip. A missing task
 // (or one never enqueued to) has an empty queue: nil, nil.
-func (s *Redis) Drain(ctx context.Context, owner, id string) ([][]byte, error) {
+func (s *Redis) Drain(ctx context.Context, owner, id string) ([]Message, error) {
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
 	if !validOwner(owner) || !validID(id) {
 		return nil, ErrNotFound
 	}
-	vals, err := drainCmd.Run(ctx, s.rdb, []string{s.k.queue(owner, id), s.k.task(owner, id)},
+	vals, err := s.run(ctx, drainCmd, []string{s.k.queue(owner, id), s.k.task(owner, id)},
 		s.k.sessQueuedPrefix(owner), id).Slice()
 	if err != nil {
 		return nil, wrapErr("drain", id, err)
 	}
-	return messages("drain", id, vals, 1)
+	return queued("drain", id, vals)
 }
 
 // Requeue implements Store with requeueCmd, one round trip (none when msgs
 // is empty). The listeners are woken as by Enqueue. The queue bound is not
-// applied. Each message's drop class is recovered from the message itself
-// (classify), since Drain does not return it. ErrTerminal if the task is
-// terminal (its queue was deleted, T-50), ErrNotFound if missing.
-func (s *Redis) Requeue(ctx context.Context, owner, id string, msgs [][]byte) error {
+// applied. Each message keeps the kind it was queued with. ErrTerminal if
+// the task is terminal (its queue was deleted, T-50), ErrNotFound if
+// missing; a message of an unknown kind is an error.
+func (s *Redis) Requeue(ctx context.Context, owner, id string, msgs []Message) error {
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
 	if !validOwner(owner) || !validID(id) {
 		return ErrNotFound
 	}
 	if len(msgs) == 0 {
 		return nil
 	}
-	args := make([]any, 0, 6+len(msgs))
+	args := make([]any, 0, 7+len(msgs))
 	args = append(args, s.nowMS(), s.k.events(owner, id), s.k.sessQueuedPrefix(owner),
-		s.k.sessEventsPrefix(owner), id, indexSlack.Milliseconds())
+		s.k.sessEventsPrefix(owner), id, indexSlack.Milliseconds(), s.k.sessListeners(owner))
 	for _, m := range msgs {
-		e := make([]byte, 0, 1+len(m))
-		args = append(args, append(append(e, byte(classify(m))), m...))
+		if !m.Kind.valid() {
+			return fmt.Errorf("taskstore: requeue %s: message kind %q", id, byte(m.Kind))
+		}
+		e := make([]byte, 0, 1+len(m.Data))
+		args = append(args, append(append(e, byte(m.Kind)), m.Data...))
 	}
-	cmd := requeueCmd.Run(ctx, s.rdb,
+	cmd := s.run(ctx, requeueCmd,
 		[]string{s.k.task(owner, id), s.k.queue(owner, id), s.k.listening(owner, id)}, args...)
 	return s.codeReply("requeue", id, cmd.Int64Slice)
-}
-
-// classify recovers a queued message's drop class: a JSON-RPC message with
-// an "id" is a request, "notifications/progress" is progress, any other
-// method a notification. What cannot be read is kept as a request (never
-// dropped).
-func classify(msg []byte) MessageKind {
-	var m struct {
-		ID     json.RawMessage `json:"id"`
-		Method string          `json:"method"`
-	}
-	switch {
-	case json.Unmarshal(msg, &m) != nil, m.ID != nil, m.Method == "":
-		return KindRequest
-	case m.Method == "notifications/progress":
-		return KindProgress
-	default:
-		return KindNotification
-	}
 }
 
 // SetListening implements Store with listenCmd, one round trip. ttl is
@@ -128,6 +117,8 @@ func classify(msg []byte) MessageKind {
 // tasks/result stream that closes with undelivered (requeued) messages
 // hands them to the session's stream.
 func (s *Redis) SetListening(ctx context.Context, owner, id string, ttl time.Duration) error {
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
 	if !validOwner(owner) || !validID(id) {
 		return ErrNotFound
 	}
@@ -135,9 +126,9 @@ func (s *Redis) SetListening(ctx context.Context, owner, id string, ttl time.Dur
 	if ttl > 0 && ms == 0 {
 		ms = 1
 	}
-	cmd := listenCmd.Run(ctx, s.rdb,
+	cmd := s.run(ctx, listenCmd,
 		[]string{s.k.task(owner, id), s.k.listening(owner, id), s.k.queue(owner, id)},
-		s.nowMS(), ms, s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner), id, indexSlack.Milliseconds())
+		s.nowMS(), ms, s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner), id, indexSlack.Milliseconds(), s.k.sessListeners(owner))
 	return s.codeReply("set listening", id, cmd.Int64Slice)
 }
 
@@ -166,10 +157,12 @@ func (s *Redis) codeReply(op, id string, result func() ([]int64, error)) error {
 // sorted. Members whose queue is empty or gone are pruned. An invalid or
 // empty session has no tasks.
 func (s *Redis) QueuedTasks(ctx context.Context, owner, session string) ([]string, error) {
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
 	if !validOwner(owner) || !validSession(session) {
 		return nil, nil
 	}
-	ids, err := queuedCmd.Run(ctx, s.rdb, []string{s.k.sessQueued(owner, session)},
+	ids, err := s.run(ctx, queuedCmd, []string{s.k.sessQueued(owner, session)},
 		s.k.queuePrefix(owner)).StringSlice()
 	if err != nil {
 		return nil, wrapErr("queued tasks", "", err)
@@ -184,13 +177,15 @@ func (s *Redis) QueuedTasks(ctx context.Context, owner, session string) ([]strin
 // task is missing, ErrTerminal if it is terminal (nothing is delivered
 // after the end, so nothing can be answered).
 func (s *Redis) AddPending(ctx context.Context, owner, session, reqID, id string) error {
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
 	if session != "" && !validSession(session) {
 		return fmt.Errorf("taskstore: add pending %s: invalid session key", id)
 	}
 	if !validOwner(owner) || !validID(id) {
 		return ErrNotFound
 	}
-	cmd := addPendingCmd.Run(ctx, s.rdb, []string{s.k.task(owner, id), s.k.pending(owner, session, reqID)},
+	cmd := s.run(ctx, addPendingCmd, []string{s.k.task(owner, id), s.k.pending(owner, session, reqID)},
 		s.nowMS(), id)
 	return s.codeReply("add pending", id, cmd.Int64Slice)
 }
@@ -200,10 +195,12 @@ func (s *Redis) AddPending(ctx context.Context, owner, session, reqID, id string
 // returned) and dropped; one whose task expired is ErrNotFound. A request
 // is answered at most once: the entry goes with the first Answer.
 func (s *Redis) Answer(ctx context.Context, owner, session, reqID string, msg []byte) (string, error) {
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
 	if !validOwner(owner) || (session != "" && !validSession(session)) {
 		return "", ErrNotFound
 	}
-	cmd := answerCmd.Run(ctx, s.rdb, []string{s.k.pending(owner, session, reqID)},
+	cmd := s.run(ctx, answerCmd, []string{s.k.pending(owner, session, reqID)},
 		s.nowMS(), msg, s.k.taskPrefix(owner), s.k.inboxPrefix(owner), s.k.eventsPrefix(owner))
 	code, vals, err := scriptReply(cmd)
 	if err != nil {
@@ -226,14 +223,33 @@ func (s *Redis) Answer(ctx context.Context, owner, session, reqID string, msg []
 // TakeAnswers implements Store with takeCmd, one round trip. A missing
 // task has an empty inbox: nil, nil.
 func (s *Redis) TakeAnswers(ctx context.Context, owner, id string) ([][]byte, error) {
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
 	if !validOwner(owner) || !validID(id) {
 		return nil, ErrNotFound
 	}
-	vals, err := takeCmd.Run(ctx, s.rdb, []string{s.k.inbox(owner, id)}).Slice()
+	vals, err := s.run(ctx, takeCmd, []string{s.k.inbox(owner, id)}).Slice()
 	if err != nil {
 		return nil, wrapErr("take answers", id, err)
 	}
 	return messages("take answers", id, vals, 0)
+}
+
+// queued converts a queue reply: each element is the kind byte followed by
+// the message. nil for an empty queue.
+func queued(op, id string, vals []any) ([]Message, error) {
+	if len(vals) == 0 {
+		return nil, nil
+	}
+	out := make([]Message, len(vals))
+	for i, v := range vals {
+		e, ok := v.(string)
+		if !ok || len(e) < 1 || !MessageKind(e[0]).valid() {
+			return nil, fmt.Errorf("taskstore: %s %s: bad element %d", op, id, i)
+		}
+		out[i] = Message{Kind: MessageKind(e[0]), Data: []byte(e[1:])}
+	}
+	return out, nil
 }
 
 // messages converts a list reply, cutting skip leading bytes (the queue's

@@ -42,7 +42,16 @@ func mustDrain(t *testing.T, s Store, owner, id string) []string {
 	if err != nil {
 		t.Fatalf("Drain(%s) = %v", id, err)
 	}
-	return strs(msgs)
+	return msgStrs(msgs)
+}
+
+// msgStrs is the Data of each message.
+func msgStrs(ms []Message) []string {
+	out := make([]string, len(ms))
+	for i, m := range ms {
+		out[i] = string(m.Data)
+	}
+	return out
 }
 
 func strs(bs [][]byte) []string {
@@ -102,7 +111,7 @@ func testStreamFIFO(t *testing.T, b *backend) {
 	}
 	// Requeue puts undelivered messages back at the head, in order.
 	mustEnqueue(t, s, ownerA, task.ID, KindProgress, "c", 0)
-	if err := s.Requeue(ctx, ownerA, task.ID, [][]byte{[]byte("a"), []byte("b")}); err != nil {
+	if err := s.Requeue(ctx, ownerA, task.ID, []Message{{KindProgress, []byte("a")}, {KindRequest, []byte("b")}}); err != nil {
 		t.Fatal(err)
 	}
 	mustEnqueue(t, s, ownerA, task.ID, KindProgress, "d", 0)
@@ -146,7 +155,7 @@ func testStreamConcurrentDrain(t *testing.T, b *backend) {
 					return
 				}
 				if len(msgs) > 0 {
-					batches[g] = append(batches[g], strs(msgs))
+					batches[g] = append(batches[g], msgStrs(msgs))
 				}
 			}
 		})
@@ -247,14 +256,28 @@ func testStreamBound(t *testing.T, b *backend) {
 	if diff := cmp.Diff([]string{"n2", "n3"}, mustDrain(t, s, ownerA, task.ID)); diff != "" {
 		t.Errorf("queue after trimming to 2 (-want +got):\n%s", diff)
 	}
-	// Requeued messages keep their class, read from the message.
+	// Drain returns each message's kind, and requeued messages keep it.
 	requeued := []string{
 		`{"jsonrpc":"2.0","method":"notifications/progress","params":{}}`,
 		`{"jsonrpc":"2.0","id":7,"method":"elicitation/create","params":{}}`,
 		`{"jsonrpc":"2.0","method":"notifications/message","params":{}}`,
 	}
-	if err := s.Requeue(testCtx(t), ownerA, task.ID, [][]byte{[]byte(requeued[0]), []byte(requeued[1]), []byte(requeued[2])}); err != nil {
+	for i, k := range []MessageKind{KindProgress, KindRequest, KindNotification} {
+		mustEnqueue(t, s, ownerA, task.ID, k, requeued[i], 0)
+	}
+	drained, err := s.Drain(testCtx(t), ownerA, task.ID)
+	if err != nil {
 		t.Fatal(err)
+	}
+	wantMsgs := []Message{{KindProgress, []byte(requeued[0])}, {KindRequest, []byte(requeued[1])}, {KindNotification, []byte(requeued[2])}}
+	if diff := cmp.Diff(wantMsgs, drained); diff != "" {
+		t.Errorf("Drain with kinds (-want +got):\n%s", diff)
+	}
+	if err := s.Requeue(testCtx(t), ownerA, task.ID, drained); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Requeue(testCtx(t), ownerA, task.ID, []Message{{'x', []byte("bad kind")}}); err == nil || errors.Is(err, ErrNotFound) {
+		t.Errorf("Requeue(kind 'x') = %v, want a validation error", err)
 	}
 	if got := mustEnqueue(t, s, ownerA, task.ID, KindRequest, "r", 2); got != 2 {
 		t.Errorf("Enqueue(max 2) after Requeue dropped %d, want 2 (progress, then the notification)", got)
@@ -298,10 +321,15 @@ func testStreamTerminal(t *testing.T, b *backend) {
 		if err := end(task.ID); err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		for _, k := range []string{s.k.queue(ownerA, task.ID), s.k.inbox(ownerA, task.ID), s.k.listening(ownerA, task.ID)} {
-			if n := b.raw.Exists(ctx, k).Val(); n != 0 {
-				t.Errorf("after %s: key %s still exists", name, k)
+		if b.raw != nil {
+			for _, k := range []string{b.k.queue(ownerA, task.ID), b.k.inbox(ownerA, task.ID), b.k.listening(ownerA, task.ID)} {
+				if n := b.raw.Exists(ctx, k).Val(); n != 0 {
+					t.Errorf("after %s: key %s still exists", name, k)
+				}
 			}
+		}
+		if b.listening(ownerA, task.ID) {
+			t.Errorf("after %s: the listening mark is still set", name)
 		}
 		if got := mustDrain(t, s, ownerA, task.ID); len(got) != 0 {
 			t.Errorf("Drain after %s = %q, want nothing (T-50)", name, got)
@@ -314,7 +342,7 @@ func testStreamTerminal(t *testing.T, b *backend) {
 		}
 		errs := map[string]error{}
 		_, errs["Enqueue"] = s.Enqueue(ctx, ownerA, task.ID, KindProgress, []byte("late"), 0)
-		errs["Requeue"] = s.Requeue(ctx, ownerA, task.ID, [][]byte{[]byte("late")})
+		errs["Requeue"] = s.Requeue(ctx, ownerA, task.ID, []Message{{KindRequest, []byte("late")}})
 		errs["AddPending"] = s.AddPending(ctx, ownerA, sessA, "3", task.ID)
 		for op, err := range errs {
 			if !errors.Is(err, ErrTerminal) {
@@ -350,7 +378,7 @@ func testStreamUnknown(t *testing.T, b *backend) {
 	} {
 		errs := map[string]error{}
 		_, errs["Enqueue"] = s.Enqueue(ctx, c.owner, c.id, KindProgress, []byte("x"), 0)
-		errs["Requeue"] = s.Requeue(ctx, c.owner, c.id, [][]byte{[]byte("x")})
+		errs["Requeue"] = s.Requeue(ctx, c.owner, c.id, []Message{{KindRequest, []byte("x")}})
 		errs["SetListening"] = s.SetListening(ctx, c.owner, c.id, time.Minute)
 		errs["AddPending"] = s.AddPending(ctx, c.owner, sessA, "1", c.id)
 		for op, err := range errs {
@@ -430,9 +458,9 @@ func testStreamRouting(t *testing.T, b *backend) {
 	// The stream fails to write m3: it requeues it and leaves; clearing the
 	// mark hands the message to the session.
 	mustEnqueue(t, runner, ownerA, task.ID, KindRequest, "m3", 0)
-	undelivered := [][]byte{[]byte("m3")}
-	if got := mustDrain(t, results, ownerA, task.ID); !cmp.Equal(got, []string{"m3"}) {
-		t.Fatalf("drain = %q, want [m3]", got)
+	undelivered, err := results.Drain(ctx, ownerA, task.ID)
+	if err != nil || !cmp.Equal(msgStrs(undelivered), []string{"m3"}) {
+		t.Fatalf("drain = %q, %v; want [m3]", msgStrs(undelivered), err)
 	}
 	if err := results.Requeue(ctx, ownerA, task.ID, undelivered); err != nil {
 		t.Fatal(err)
@@ -459,7 +487,7 @@ func testStreamRouting(t *testing.T, b *backend) {
 	if b.fastForward != nil {
 		b.fastForward(short)
 	} else {
-		waitFor(t, 5*time.Second, func() bool { return b.raw.Exists(ctx, runner.k.listening(ownerA, task.ID)).Val() == 0 })
+		waitFor(t, 5*time.Second, func() bool { return !b.listening(ownerA, task.ID) })
 	}
 	mustEnqueue(t, runner, ownerA, task.ID, KindRequest, "m4", 0)
 	nextEvent(t, events, SessionEvent{'q', task.ID}, "Enqueue after the mark expired")
@@ -616,47 +644,55 @@ func testStreamKeysExpire(t *testing.T, b *backend) {
 	if err := s.SetListening(ctx, ownerA, task.ID, 10*ttl); err != nil { // capped at the task's expiry
 		t.Fatal(err)
 	}
-	want := map[string]time.Duration{
-		s.k.task(ownerA, task.ID):       ttl,
-		s.k.queue(ownerA, task.ID):      ttl,
-		s.k.inbox(ownerA, task.ID):      ttl,
-		s.k.listening(ownerA, task.ID):  ttl,
-		s.k.pending(ownerA, sessA, "2"): ttl,
-		s.k.sessQueued(ownerA, sessA):   ttl + indexSlack,
-		s.k.index(ownerA):               ttl + indexSlack + keepStep,
-		s.k.live(ownerA):                ttl + indexSlack + keepStep,
-		s.k.leases():                    ttl + indexSlack + keepStep,
+	if b.raw != nil {
+		want := map[string]time.Duration{
+			b.k.task(ownerA, task.ID):       ttl,
+			b.k.queue(ownerA, task.ID):      ttl,
+			b.k.inbox(ownerA, task.ID):      ttl,
+			b.k.listening(ownerA, task.ID):  ttl,
+			b.k.pending(ownerA, sessA, "2"): ttl,
+			b.k.sessQueued(ownerA, sessA):   ttl + indexSlack + keepStep,
+			b.k.index(ownerA):               ttl + indexSlack + keepStep,
+			b.k.live(ownerA):                ttl + indexSlack + keepStep,
+			b.k.leases():                    ttl + indexSlack + keepStep,
+		}
+		got := map[string]time.Duration{}
+		for _, k := range scanKeys(t, b.raw, b.prefix) {
+			d, err := b.raw.PTTL(ctx, k).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got[k] = d
+			max, ok := want[k]
+			switch {
+			case !ok:
+				t.Errorf("unexpected key %s", k)
+			case d <= 0 || d > max:
+				t.Errorf("key %s has PTTL %v, want in (0, %v]", k, d, max)
+			}
+		}
+		for k := range want {
+			if _, ok := got[k]; !ok {
+				t.Errorf("key %s missing", k)
+			}
+		}
 	}
-	got := map[string]time.Duration{}
-	for _, k := range scanKeys(t, b.raw, b.prefix) {
-		d, err := b.raw.PTTL(ctx, k).Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		got[k] = d
-		max, ok := want[k]
-		switch {
-		case !ok:
-			t.Errorf("unexpected key %s", k)
-		case d <= 0 || d > max:
-			t.Errorf("key %s has PTTL %v, want in (0, %v]", k, d, max)
-		}
-	}
-	for k := range want {
-		if _, ok := got[k]; !ok {
-			t.Errorf("key %s missing", k)
-		}
+	if !b.listening(ownerA, task.ID) {
+		t.Errorf("mark not set after SetListening")
 	}
 	if err := s.SetListening(ctx, ownerA, task.ID, 0); err != nil {
 		t.Fatal(err)
 	}
-	if n := b.raw.Exists(ctx, s.k.listening(ownerA, task.ID)).Val(); n != 0 {
+	if b.listening(ownerA, task.ID) {
 		t.Errorf("mark still set after SetListening(0)")
 	}
-	if b.fastForward != nil {
+	switch {
+	case b.fastForward != nil:
 		b.fastForward(ttl + indexSlack + keepStep + time.Millisecond)
-	} else {
-		waitFor(t, 5*time.Second, func() bool { return b.raw.Exists(ctx, s.k.queue(ownerA, task.ID)).Val() == 0 })
+	case b.raw != nil:
+		waitFor(t, 5*time.Second, func() bool { return b.raw.Exists(ctx, b.k.queue(ownerA, task.ID)).Val() == 0 })
+	default:
+		expire(t, b, s, ttl, ownerA, task.ID)
 	}
 	errs := map[string]error{}
 	_, errs["Enqueue"] = s.Enqueue(ctx, ownerA, task.ID, KindRequest, []byte("x"), 0)
@@ -691,8 +727,10 @@ func testFinishKeepsNotifications(t *testing.T, b *backend) {
 	if ids, err := s.QueuedTasks(ctx, ownerA, sessA); err != nil || len(ids) != 1 || ids[0] != task.ID {
 		t.Errorf("QueuedTasks after Finish = %v, %v; want the task (its notifications wait)", ids, err)
 	}
-	if pttl := b.raw.PTTL(ctx, s.k.queue(ownerA, task.ID)).Val(); pttl <= 0 {
-		t.Errorf("kept queue PTTL = %v, want a TTL", pttl)
+	if b.raw != nil {
+		if pttl := b.raw.PTTL(ctx, b.k.queue(ownerA, task.ID)).Val(); pttl <= 0 {
+			t.Errorf("kept queue PTTL = %v, want a TTL", pttl)
+		}
 	}
 	got := mustDrain(t, s, ownerA, task.ID)
 	if len(got) != 2 || string(got[0]) != "p1" || string(got[1]) != "log" {

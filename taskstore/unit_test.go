@@ -41,7 +41,7 @@ func TestKeysShareOwnerSlot(t *testing.T) {
 	owner, id := "abc123", "0123456789abcdef0123456789abcdef"
 	for _, key := range []string{k.task(owner, id), k.index(owner), k.live(owner), k.events(owner, id), k.taskPrefix(owner) + id,
 		k.queue(owner, id), k.inbox(owner, id), k.listening(owner, id), k.sessQueued(owner, "s1"), k.sessEvents(owner, "s1"),
-		k.pending(owner, "s1", `"{x}"`), k.queuePrefix(owner) + id, k.inboxPrefix(owner) + id, k.eventsPrefix(owner) + id} {
+		k.pending(owner, "s1", `"{x}"`), k.sessListeners(owner), k.queuePrefix(owner) + id, k.inboxPrefix(owner) + id, k.eventsPrefix(owner) + id} {
 		if tag := key[strings.IndexByte(key, '{') : strings.IndexByte(key, '}')+1]; tag != "{"+owner+"}" {
 			t.Errorf("key %q has hash tag %q, want {%s}", key, tag, owner)
 		}
@@ -178,28 +178,6 @@ func TestOpen(t *testing.T) {
 	}
 }
 
-func TestEmbeddedExpiresInRealTime(t *testing.T) {
-	s, closer, err := NewEmbedded(Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer closer()
-	ctx := context.Background()
-	if err := s.SetSessionVersion(ctx, "x", "v", 100*time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	// The key itself (not just the store's clock check) must go.
-	waitFor(t, 5*time.Second, func() bool {
-		n, err := s.rdb.Exists(ctx, s.k.session("x")).Result()
-		return err == nil && n == 0
-	})
-	closer()
-	closer() // idempotent
-	if err := s.Ping(ctx); err == nil {
-		t.Errorf("Ping after close = nil, want error")
-	}
-}
-
 func TestKeysDistinct(t *testing.T) {
 	k := keys{prefix: "taskgate"}
 	owner, id, sess := "o", "0123456789abcdef0123456789abcdef", "0123456789abcdef0123456789abcdef"
@@ -209,7 +187,7 @@ func TestKeysDistinct(t *testing.T) {
 		"queue": k.queue(owner, id), "inbox": k.inbox(owner, id), "listening": k.listening(owner, id),
 		"sessQueued": k.sessQueued(owner, sess), "sessEvents": k.sessEvents(owner, sess),
 		"pending": k.pending(owner, sess, "1"), "pending2": k.pending(owner, sess, "2"), "pendingNoSess": k.pending(owner, "", "1"),
-		"session": k.session(sess), "leases": k.leases(),
+		"session": k.session(sess), "leases": k.leases(), "sessListeners": k.sessListeners(owner),
 	} {
 		if other, ok := seen[key]; ok {
 			t.Errorf("keys %s and %s are both %q", name, other, key)
@@ -275,27 +253,6 @@ func TestParseSessionEvent(t *testing.T) {
 	}
 }
 
-func TestClassify(t *testing.T) {
-	tests := []struct {
-		msg  string
-		want MessageKind
-	}{
-		{`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progress":1}}`, KindProgress},
-		{`{"jsonrpc":"2.0","method":"notifications/message","params":{}}`, KindNotification},
-		{`{"jsonrpc":"2.0","id":1,"method":"elicitation/create","params":{}}`, KindRequest},
-		{`{"jsonrpc":"2.0","id":"x","method":"notifications/progress"}`, KindRequest}, // has an id
-		{`{"jsonrpc":"2.0","id":null,"method":"roots/list"}`, KindRequest},
-		{`not json`, KindRequest},
-		{`{}`, KindRequest},
-		{``, KindRequest},
-	}
-	for _, tt := range tests {
-		if got := classify([]byte(tt.msg)); got != tt.want {
-			t.Errorf("classify(%q) = %c, want %c", tt.msg, got, tt.want)
-		}
-	}
-}
-
 // Open's clients dial connections go-redis cannot peek at (no per-command
 // health-check system call); a pooled connection the server closed is then
 // found by the next command, which go-redis retries on a new connection.
@@ -348,7 +305,7 @@ func TestReadBatching(t *testing.T) {
 	for name, b := range map[string]func(testing.TB) *backend{"miniredis": miniBackend, "redis-server": redisServer(t)} {
 		t.Run(name, func(t *testing.T) {
 			be := b(t)
-			s := be.open(t, Config{})
+			s := be.open(t, Config{}).(*Redis)
 			ctx := testCtx(t)
 			tasks := make([]*Task, 32)
 			for i := range tasks {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"time"
 
@@ -35,17 +34,19 @@ const unsubscribeTimeout = 5 * time.Second
 // and is harmless. ctx bounds only the subscription; when it ends first,
 // Watch fails with ErrUnavailable.
 func (s *Redis) Watch(ctx context.Context, owner, id string) (<-chan struct{}, func(), error) {
-	return s.WatchKinds(ctx, owner, id, "")
+	return s.WatchKinds(ctx, owner, id, AllEvents)
 }
 
 // WatchKinds implements Store: Watch, signalled only for task events whose
-// kind is in kinds ("" = all; reconnects and Close always signal).
-func (s *Redis) WatchKinds(ctx context.Context, owner, id, kinds string) (<-chan struct{}, func(), error) {
+// kind is in kinds (0 = all; reconnects and Close always signal).
+func (s *Redis) WatchKinds(ctx context.Context, owner, id string, kinds EventKind) (<-chan struct{}, func(), error) {
 	if !validOwner(owner) || !validID(id) {
 		return nil, nil, ErrNotFound
 	}
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
 	ch := make(chan struct{}, 1)
-	ready, stop, err := s.hub.add(ctx, s.k.events(owner, id), ch, nil, kinds)
+	ready, stop, err := s.hub.add(ctx, s.k.events(owner, id), ch, nil, kinds, "", "")
 	if err != nil {
 		return nil, nil, fmt.Errorf("taskstore: watch %s: %w", id, err)
 	}
@@ -82,18 +83,52 @@ func (s *Redis) WatchSession(ctx context.Context, owner, session string) (<-chan
 	if !validOwner(owner) || !validSession(session) {
 		return nil, nil, errors.New("taskstore: watch session: invalid owner or session key")
 	}
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
 	w := &sessWatcher{ch: make(chan SessionEvent, sessionBuffer)}
-	ready, stop, err := s.hub.add(ctx, s.k.sessEvents(owner, session), nil, w, "")
+	ready, stop, err := s.hub.add(ctx, s.k.sessEvents(owner, session), nil, w, 0, owner, session)
 	if err != nil {
 		return nil, nil, fmt.Errorf("taskstore: watch session: %w", err)
 	}
 	select {
 	case <-ready:
-		return w.ch, stop, nil
 	case <-ctx.Done():
 		stop()
 		return nil, nil, fmt.Errorf("taskstore: watch session: %w: %w", ErrUnavailable, context.Cause(ctx))
 	}
+	// Subscribed first, registered second: a script that sees the
+	// registration publishes to a channel this replica already receives.
+	if err := s.registerListeners(ctx, owner, []string{session}); err != nil {
+		stop()
+		return nil, nil, wrapErr("watch session", "", err)
+	}
+	return w.ch, stop, nil
+}
+
+// Session listener registry. Scripts publish on a session channel only
+// while the owner's registry (keys.sessListeners) says some replica
+// listens; WatchSession registers its session for sessListenTTL, and the
+// hub renews the registrations of its session channels every
+// sessListenRefresh and after a pub/sub reconnect. A replica that dies
+// stops renewing, and its entries lapse.
+const (
+	sessListenTTL     = 2 * time.Minute
+	sessListenRefresh = 30 * time.Second
+)
+
+// registerListeners records that this replica listens on the sessions'
+// channels of owner for sessListenTTL, one script.
+func (s *Redis) registerListeners(ctx context.Context, owner string, sessions []string) error {
+	now := s.nowMS()
+	until := now + sessListenTTL.Milliseconds()
+	step := keepStep.Milliseconds()
+	keep := (until + step - 1) / step * step
+	args := make([]any, 0, 3+len(sessions))
+	args = append(args, now, until, keep)
+	for _, sess := range sessions {
+		args = append(args, sess)
+	}
+	return sessListenCmd.Run(ctx, s.rdb, []string{s.k.sessListeners(owner)}, args...).Err()
 }
 
 // sessWatcher is one WatchSession caller. Its fields are guarded by the
@@ -114,8 +149,8 @@ func (w *sessWatcher) deliver(ev SessionEvent) {
 		}
 		w.rescan = false
 	}
-	if ev.Kind == 'r' || len(w.ch) >= cap(w.ch)-1 {
-		ev, w.rescan = SessionEvent{Kind: 'r'}, true
+	if ev.Kind == SessionRescan || len(w.ch) >= cap(w.ch)-1 {
+		ev, w.rescan = SessionEvent{Kind: SessionRescan}, true
 	}
 	select {
 	case w.ch <- ev:
@@ -123,18 +158,48 @@ func (w *sessWatcher) deliver(ev SessionEvent) {
 	}
 }
 
+// Task channel payloads, one byte each, published by the scripts.
+const (
+	payloadUpdate   = "u"
+	payloadTerminal = "t"
+	payloadMessage  = "m"
+	payloadAnswer   = "a"
+)
+
+// payloadKind maps a task channel payload to its EventKind (AllEvents for
+// an unknown payload, so no watcher misses it).
+func payloadKind(p string) EventKind {
+	switch p {
+	case payloadUpdate:
+		return EventUpdate
+	case payloadTerminal:
+		return EventTerminal
+	case payloadMessage:
+		return EventMessage
+	case payloadAnswer:
+		return EventAnswer
+	}
+	return AllEvents
+}
+
 // parseSessionEvent reads a session channel payload "<kind>:<task id>".
 func parseSessionEvent(p string) (SessionEvent, bool) {
 	if len(p) < 3 || p[1] != ':' || (p[0] != 'q' && p[0] != 's') || !validID(p[2:]) {
 		return SessionEvent{}, false
 	}
-	return SessionEvent{Kind: p[0], TaskID: p[2:]}, true
+	return SessionEvent{Kind: SessionEventKind(p[0]), TaskID: p[2:]}, true
 }
 
 // hub is a Redis value's pub/sub fan-out: one *redis.PubSub, created on
 // first use, channels subscribed and unsubscribed as watchers come and go.
 type hub struct {
 	rdb redis.UniversalClient
+	// register renews session channel registrations (registerListeners),
+	// grouped by owner; nil disables the renewal loop.
+	register func(ctx context.Context, owner string, sessions []string) error
+	kick     chan struct{} // asks the renewal loop to run now (after a reconnect)
+	stopLoop chan struct{}
+	loopDone chan struct{}
 
 	mu      sync.Mutex
 	ps      *redis.PubSub
@@ -148,16 +213,19 @@ type hub struct {
 // channels and WatchSession's event watchers (a channel name has only one
 // kind, but the hub does not care).
 type topic struct {
-	watchers map[chan struct{}]string // watcher -> event kinds it wants ("" = all)
+	watchers map[chan struct{}]EventKind // watcher -> event kinds it wants (0 = all)
 	sess     map[*sessWatcher]struct{}
 	ready    chan struct{} // closed once Redis confirmed the subscription
 	isReady  bool
+	// owner and session name a session channel's registry entry ("" for a
+	// task channel).
+	owner, session string
 }
 
 // add registers ch or sw (one of them non-nil) for channel name,
 // subscribing when it is the first watcher. ready is closed once the
 // subscription is confirmed.
-func (h *hub) add(ctx context.Context, name string, ch chan struct{}, sw *sessWatcher, kinds string) (ready <-chan struct{}, stop func(), err error) {
+func (h *hub) add(ctx context.Context, name string, ch chan struct{}, sw *sessWatcher, kinds EventKind, owner, session string) (ready <-chan struct{}, stop func(), err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -168,7 +236,8 @@ func (h *hub) add(ctx context.Context, name string, ch chan struct{}, sw *sessWa
 	}
 	t := h.subs[name]
 	if t == nil {
-		t = &topic{watchers: map[chan struct{}]string{}, sess: map[*sessWatcher]struct{}{}, ready: make(chan struct{})}
+		t = &topic{watchers: map[chan struct{}]EventKind{}, sess: map[*sessWatcher]struct{}{}, ready: make(chan struct{}),
+			owner: owner, session: session}
 		h.subs[name] = t
 		h.pending[name]++
 		// Sent under h.mu so SUBSCRIBE/UNSUBSCRIBE of one channel reach
@@ -219,6 +288,12 @@ func (h *hub) start() {
 	h.pending = map[string]int{}
 	h.done = make(chan struct{})
 	msgs := h.ps.ChannelWithSubscriptions(redis.WithChannelSize(256))
+	if h.register != nil {
+		h.kick = make(chan struct{}, 1)
+		h.stopLoop = make(chan struct{})
+		h.loopDone = make(chan struct{})
+		go h.renewLoop()
+	}
 	go func() {
 		defer close(h.done)
 		for m := range msgs {
@@ -244,8 +319,9 @@ func (h *hub) signal(name, payload string) {
 	if t == nil {
 		return
 	}
+	kind := payloadKind(payload)
 	for ch, kinds := range t.watchers {
-		if kinds != "" && (payload == "" || !strings.ContainsRune(kinds, rune(payload[0]))) {
+		if !kinds.has(kind) {
 			continue
 		}
 		select {
@@ -286,6 +362,43 @@ func (h *hub) confirmed(name string) {
 		return
 	}
 	t.notify()
+	if t.session != "" && h.kick != nil {
+		select {
+		case h.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// renewLoop renews the registry entries of the hub's session channels
+// every sessListenRefresh, and when kicked after a reconnect, until close.
+func (h *hub) renewLoop() {
+	defer close(h.loopDone)
+	tick := time.NewTicker(sessListenRefresh)
+	defer tick.Stop()
+	for {
+		select {
+		case <-h.stopLoop:
+			return
+		case <-tick.C:
+		case <-h.kick:
+		}
+		h.mu.Lock()
+		byOwner := map[string][]string{}
+		for _, t := range h.subs {
+			if t.session != "" && t.isReady {
+				byOwner[t.owner] = append(byOwner[t.owner], t.session)
+			}
+		}
+		h.mu.Unlock()
+		for owner, sessions := range byOwner {
+			ctx, cancel := context.WithTimeout(context.Background(), unsubscribeTimeout)
+			// A failed renewal is retried at the next tick; entries
+			// outlive two missed ones.
+			_ = h.register(ctx, owner, sessions)
+			cancel()
+		}
+	}
 }
 
 // notify wakes every watcher after a reconnect or at Close: a signal for
@@ -298,7 +411,7 @@ func (t *topic) notify() {
 		}
 	}
 	for w := range t.sess {
-		w.deliver(SessionEvent{Kind: 'r'})
+		w.deliver(SessionEvent{Kind: SessionRescan})
 	}
 }
 
@@ -310,13 +423,17 @@ func (h *hub) close() error {
 		return nil
 	}
 	h.closed = true
-	ps, done := h.ps, h.done
+	ps, done, stopLoop, loopDone := h.ps, h.done, h.stopLoop, h.loopDone
 	for _, t := range h.subs {
 		t.notify()
 	}
 	h.mu.Unlock()
 	if ps == nil {
 		return nil
+	}
+	if stopLoop != nil {
+		close(stopLoop)
+		<-loopDone
 	}
 	err := ps.Close()
 	<-done

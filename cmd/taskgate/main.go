@@ -5,7 +5,8 @@
 //
 //	taskgate --upstream http://127.0.0.1:3000/mcp [flags]
 //	taskgate --upstream-command 'npx -y @modelcontextprotocol/server-memory' [flags]
-//	taskgate version
+//	taskgate version | --version
+//	taskgate healthcheck [--admin-listen ADDR] [--path /readyz]
 //
 // Every flag can also be set through the environment variable named in
 // --help (TASKGATE_ + the flag in upper case with '-' as '_'); a flag given
@@ -33,6 +34,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
@@ -42,6 +44,13 @@ import (
 	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/taskstore"
 )
+
+// defaultAdminListen is --admin-listen's default. 8081, beside the proxy's
+// 8080: 9090 is Prometheus's own port.
+const defaultAdminListen = "127.0.0.1:8081"
+
+// retriesWarning is logged when the policy asks for re-runs.
+const retriesWarning = "policy: idempotent/maxRetries are set, but this version never re-runs a call lost with a crashed replica; such tasks fail (see README, Leases)"
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = ""
@@ -85,9 +94,10 @@ func versionString() string {
 }
 
 // newFlagSet defines the flags; each gets an environment variable.
-func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
+func newFlagSet(o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet("taskgate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // run prints errors and --help itself
+	fs.Usage = func() {}
 	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address the proxy listens on")
 	fs.StringVar(&o.upstream, "upstream", "", "URL of the upstream MCP endpoint, e.g. http://127.0.0.1:3000/mcp (this or --upstream-command is required)")
 	fs.StringVar(&o.upstreamCommand, "upstream-command", "", "run a stdio MCP server instead of an HTTP --upstream: program and arguments, split like a shell without expansion, e.g. 'npx -y @modelcontextprotocol/server-memory'; one process per client session")
@@ -107,20 +117,20 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	})
 	fs.StringVar(&o.upstreamDir, "upstream-dir", "", "working directory of the --upstream-command processes; empty = taskgate's")
 	fs.IntVar(&o.stdioMaxChildren, "stdio-max-children", 64, "maximum --upstream-command processes at once (one per client session); initialize gets HTTP 503 above it")
-	fs.DurationVar(&o.stdioIdle, "stdio-idle-timeout", 15*time.Minute, "stop a session's --upstream-command process after this long without a call in flight, an open GET stream or traffic")
-	fs.DurationVar(&o.stdioInitTimeout, "stdio-init-timeout", 30*time.Second, "kill an --upstream-command process that has not answered initialize this long after it started")
+	durationVar(fs, &o.stdioIdle, "stdio-idle-timeout", 15*time.Minute, "stop a session's --upstream-command process after this long without a call in flight, an open GET stream or traffic")
+	durationVar(fs, &o.stdioInitTimeout, "stdio-init-timeout", 30*time.Second, "kill an --upstream-command process that has not answered initialize this long after it started")
 	fs.IntVar(&o.stdioMaxLine, "stdio-max-line", 32<<20, "maximum bytes of one message (line) from an --upstream-command process; longer lines are dropped and the call they answer fails")
-	fs.DurationVar(&o.stdioStop, "stdio-stop-grace", 5*time.Second, "stopping an --upstream-command process: its stdin is closed, then after this SIGTERM, then after this again SIGKILL (whole process group)")
+	durationVar(fs, &o.stdioStop, "stdio-stop-grace", 5*time.Second, "stopping an --upstream-command process: its stdin is closed, then after this SIGTERM, then after this again SIGKILL (whole process group)")
 	fs.BoolVar(&o.stdioShared, "stdio-shared", false, "one --upstream-command process for all client sessions (stateless servers only): taskgate rewrites request ids and progress tokens so answers never cross sessions; requests and notifications the server sends on its own reach no session")
 	fs.StringVar(&o.upstreamCA, "upstream-ca", "", "PEM file of the CA certificates trusted for an https --upstream, instead of the system's")
 	fs.StringVar(&o.redisURL, "redis", "", "task store: redis://, rediss://, redis+cluster:// or redis+sentinel:// URL; empty = embedded in-process store (single process only)")
 	fs.StringVar(&o.configPath, "config", "", "policy file (YAML); empty = defaults (every tool optional)")
-	fs.StringVar(&o.adminListen, "admin-listen", "127.0.0.1:9090", "address of /healthz, /readyz and /metrics; empty disables")
+	fs.StringVar(&o.adminListen, "admin-listen", defaultAdminListen, "address of /healthz, /readyz, /readyz/store and /metrics; empty disables")
 	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&o.logFormat, "log-format", "json", "log format: json or console")
-	fs.StringVar(&o.ownerKey, "owner-key", "", "secret (>= 16 bytes) keying task owners and list cursors; replicas sharing a Redis must share it; empty = random per process")
+	fs.StringVar(&o.ownerKey, "owner-key", "", "secret (>= 16 bytes) keying task owners and list cursors; empty = with --redis, a key created once in Redis and shared by every taskgate on it; without --redis, random per process")
 	fs.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated Origin allow-list (403 otherwise); empty = not checked by taskgate")
-	fs.BoolVar(&o.rewriteHost, "rewrite-host", false, "send the upstream's host as Host instead of the client's")
+	fs.BoolVar(&o.rewriteHost, "rewrite-host", false, "send the upstream's host as Host instead of the client's (needed when the upstream checks Host against DNS rebinding, as the official Go SDK does on loopback; taskgate then checks Origin itself if --allowed-origins is set)")
 	fs.IntVar(&o.procs, "procs", 1, "CPUs that run taskgate's Go code at once (GOMAXPROCS); 1 costs the least CPU per request beside an upstream; 0 = Go's choice (the GOMAXPROCS variable, else CPU count or container limit)")
 	fs.BoolVar(&o.directIO, "direct-io", true, "read and write client and upstream TCP sockets with direct system calls (less CPU per request); false = Go's net.Conn")
 	fs.IntVar(&o.maxBodySize, "max-body-size", 4<<20, "maximum request body in bytes (413 above)")
@@ -130,24 +140,13 @@ func newFlagSet(o *options, stderr io.Writer) *flag.FlagSet {
 	fs.Float64Var(&o.taskRate, "task-rate", 100, "task operations (task calls and tasks/*) per second per owner and process; unknown-task lookups count 5; -1 disables")
 	fs.IntVar(&o.taskBurst, "task-burst", 500, "burst size of --task-rate")
 	fs.IntVar(&o.queueMax, "queue-max", 256, "undelivered messages kept per task (progress/log dropped oldest-first above; requests never)")
-	fs.DurationVar(&o.streamIdle, "stream-idle-timeout", 10*time.Minute, "cut an upstream answer that sends nothing for this long")
-	fs.DurationVar(&o.streamLifetime, "stream-max-lifetime", time.Hour, "maximum lifetime of one proxied SSE stream")
-	fs.DurationVar(&o.upstreamIdleConn, "upstream-idle-conn", 3*time.Second, "close idle upstream keep-alive connections after this (keep below the upstream's idle limit)")
-	fs.DurationVar(&o.keepAlive, "keepalive", 15*time.Second, "interval of SSE keep-alive comments on tasks/result waits")
-	fs.DurationVar(&o.lease, "lease", 15*time.Second, "task lease: a task whose runner died is failed by another replica within this (renewed every lease/5)")
-	fs.DurationVar(&o.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long running task calls may finish before they are cancelled and failed")
-	fs.DurationVar(&o.storeTimeout, "store-timeout", 3*time.Second, "bound on each task store operation")
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "%s: MCP tasks for MCP servers that lack them.\n\n", versionString())
-		fmt.Fprintf(stderr, "Usage:\n  taskgate --upstream URL [flags]\n  taskgate --upstream-command 'PROGRAM ARGS...' [flags]\n  taskgate version\n\nFlags (each also settable as the environment variable shown):\n")
-		fs.VisitAll(func(f *flag.Flag) {
-			def := ""
-			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
-				def = " (default " + f.DefValue + ")"
-			}
-			fmt.Fprintf(stderr, "  --%s  [%s]\n      %s%s\n", f.Name, envName(f.Name), f.Usage, def)
-		})
-	}
+	durationVar(fs, &o.streamIdle, "stream-idle-timeout", 10*time.Minute, "cut an upstream answer that sends nothing for this long")
+	durationVar(fs, &o.streamLifetime, "stream-max-lifetime", time.Hour, "maximum lifetime of one proxied SSE stream")
+	durationVar(fs, &o.upstreamIdleConn, "upstream-idle-conn", 3*time.Second, "close idle upstream keep-alive connections after this (keep below the upstream's idle limit)")
+	durationVar(fs, &o.keepAlive, "keepalive", 15*time.Second, "interval of SSE keep-alive comments on tasks/result waits")
+	durationVar(fs, &o.lease, "lease", 15*time.Second, "task lease: a task whose runner died is failed by another replica within this (renewed every lease/5)")
+	durationVar(fs, &o.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long running task calls may finish before they are cancelled and failed")
+	durationVar(fs, &o.storeTimeout, "store-timeout", 3*time.Second, "bound on each task store operation")
 	return fs
 }
 
@@ -157,10 +156,13 @@ func envName(flagName string) string {
 
 // parseArgs parses flags, letting TASKGATE_* variables fill flags not given
 // on the command line.
-func parseArgs(args []string, stderr io.Writer, getenv func(string) string) (*options, error) {
+func parseArgs(args []string, stdout io.Writer, getenv func(string) string) (*options, error) {
 	o := &options{}
-	fs := newFlagSet(o, stderr)
+	fs := newFlagSet(o)
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			printUsage(stdout, fs)
+		}
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -175,7 +177,7 @@ func parseArgs(args []string, stderr io.Writer, getenv func(string) string) (*op
 		}
 		if v := getenv(envName(f.Name)); v != "" {
 			if err := f.Value.Set(v); err != nil {
-				envErr = fmt.Errorf("%s=%q: %w", envName(f.Name), v, err)
+				envErr = envValueError(f, v, err)
 			}
 		}
 	})
@@ -202,6 +204,26 @@ func (o *options) validate() error {
 		return errors.New("--upstream is required (e.g. --upstream http://127.0.0.1:3000/mcp), or --upstream-command for a stdio server")
 	case o.upstream != "" && o.upstreamCommand != "":
 		return errors.New("--upstream and --upstream-command exclude each other: give an HTTP upstream or a stdio command")
+	}
+	if o.upstream != "" {
+		if _, err := checkUpstream(o.upstream); err != nil {
+			return err
+		}
+	}
+	if err := checkListen("--listen", o.listen); err != nil {
+		return err
+	}
+	if o.adminListen != "" {
+		if err := checkListen("--admin-listen", o.adminListen); err != nil {
+			return err
+		}
+	}
+	if o.redisURL != "" {
+		if err := checkRedisURL(o.redisURL); err != nil {
+			return err
+		}
+	}
+	switch {
 	case o.upstreamCommand == "" && (len(o.upstreamEnv) > 0 || o.upstreamDir != "" || o.stdioShared):
 		return errors.New("--upstream-env, --upstream-dir and --stdio-shared need --upstream-command")
 	case o.upstreamCommand != "" && o.upstreamCA != "":
@@ -276,62 +298,106 @@ func upstreamTLS(caFile string) (*tls.Config, error) {
 	return &tls.Config{RootCAs: pool}, nil
 }
 
-func newLogger(o *options, w io.Writer) zerolog.Logger {
+// newLogger returns the process logger writing to w. Console output is
+// coloured only when isTTY (and NO_COLOR is unset).
+func newLogger(o *options, w io.Writer, isTTY bool) zerolog.Logger {
 	lvl, _ := zerolog.ParseLevel(o.logLevel)
 	if o.logFormat == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !isTTY || os.Getenv("NO_COLOR") != ""}
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
 }
 
-func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "version" {
-		fmt.Fprintln(stdout, versionString())
-		return 0
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
 	}
-	o, err := parseArgs(args, stderr, os.Getenv)
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// redisLogger routes go-redis's own messages (reconnect failures and the
+// like) into the structured log.
+type redisLogger struct{ l zerolog.Logger }
+
+func (r redisLogger) Printf(_ context.Context, format string, args ...any) {
+	r.l.Warn().Str("component", "go-redis").Msg(fmt.Sprintf(format, args...))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "version", "--version", "-version":
+			fmt.Fprintln(stdout, versionString())
+			return 0
+		case "healthcheck":
+			return healthcheck(args[1:], stdout, stderr, os.Getenv)
+		}
+	}
+	o, err := parseArgs(args, stdout, os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "taskgate: %v\n", err)
+		fmt.Fprintf(stderr, "taskgate: %v\n(taskgate --help lists the flags)\n", err)
 		return 2
 	}
-	log := newLogger(o, stderr)
+	// From here on everything for stderr goes through lw, in order.
+	lw := newLogWriter(stderr, 8192)
+	lw.console = o.logFormat == "console"
+	defer lw.Close()
+	log := newLogger(o, lw, isTerminal(stderr))
+	// go-redis repeats its complaints on every dial while Redis is down;
+	// the store probe reports the outage itself, so a few lines a minute
+	// are enough.
+	redis.SetLogger(redisLogger{log.Sample(&zerolog.BurstSampler{Burst: 5, Period: time.Minute})})
 	if n := procsFor(o, os.Getenv); n > 0 {
 		runtime.GOMAXPROCS(n)
 	}
+	// SIGHUP is caught from the start: its default action would end the
+	// process.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 
 	pol := policy.Default()
 	if o.configPath != "" {
 		if pol, err = policy.Load(o.configPath); err != nil {
-			fmt.Fprintf(stderr, "taskgate: %v\n", err)
+			fmt.Fprintf(lw, "taskgate: %v\n", err)
 			return 2
 		}
 	}
 	upTLS, err := upstreamTLS(o.upstreamCA)
 	if err != nil {
-		fmt.Fprintf(stderr, "taskgate: %v\n", err)
+		fmt.Fprintf(lw, "taskgate: %v\n", err)
 		return 2
 	}
 	if pol.RetriesRequested() {
-		log.Warn().Msg("policy: idempotent/maxRetries are set, but this version never re-runs a call lost with a crashed replica; such tasks fail (see README, Leases)")
+		log.Warn().Msg(retriesWarning)
 	}
-	store, closeStore, err := openStore(o, log)
+	if warn, _ := checkUpstream(o.upstream); warn != "" {
+		log.Warn().Msg(warn)
+	}
+	st, err := openStore(o, log)
 	if err != nil {
-		fmt.Fprintf(stderr, "taskgate: %v\n", err)
+		fmt.Fprintf(lw, "taskgate: %v\n", err)
 		return 1
 	}
-	defer closeStore()
+	defer st.close()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "taskgate_log_lines_dropped_total",
+		Help: "Log lines dropped because the log output could not keep up (the next line written says how many)."},
+		func() float64 { return float64(lw.Dropped()) }))
 	upstream, upstreamName := o.upstream, o.upstream
 	var dial func(context.Context) (net.Conn, error)
 	var children *stdio.Server
 	if o.upstreamCommand != "" {
 		if children, err = newStdio(o, log, reg); err != nil {
-			fmt.Fprintf(stderr, "taskgate: %v\n", err)
+			fmt.Fprintf(lw, "taskgate: %v\n", err)
 			return 2
 		}
 		defer func() {
@@ -364,19 +430,32 @@ func run(args []string, stdout, stderr io.Writer) int {
 		TaskBurst:         o.taskBurst,
 		NetIO:             !o.directIO,
 		UpstreamTLS:       upTLS,
-	}, pol, store, log, proxy.NewMetrics(reg))
+	}, pol, st.store, log, proxy.NewMetrics(reg))
 	if err != nil {
-		fmt.Fprintf(stderr, "taskgate: %v\n", err)
+		fmt.Fprintf(lw, "taskgate: %v\n", err)
 		return 2
 	}
 	if children != nil {
 		children.SetSessionLabel(h.SessionLabel)
 	}
+	bgCtx, stopBG := context.WithCancel(context.Background())
+	defer stopBG()
+	if st.key != nil {
+		// With Redis up, the key is known before the first request; else
+		// it is loaded in the background and task operations wait for it.
+		if err := st.key.load(bgCtx, h); err != nil {
+			go st.key.loop(bgCtx, h)
+		}
+	}
+	probe := newStoreProbe(reg, st.store, st.rdb, o.storeTimeout, log)
+	_ = probe.check(bgCtx)
+	go probe.loop(bgCtx, 5*time.Second)
+	reloader := newPolicyReloader(reg, o.configPath, h, log)
 
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
-		fmt.Fprintf(stderr, "taskgate: --listen %s: %v\n", o.listen, err)
-		return 1
+		fmt.Fprintf(lw, "taskgate: --listen %s: %v\n", o.listen, err)
+		return listenExit(err)
 	}
 	if o.directIO {
 		ln = sysconn.Listener{Listener: ln}
@@ -402,10 +481,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		aln, err := net.Listen("tcp", o.adminListen)
 		if err != nil {
 			ln.Close()
-			fmt.Fprintf(stderr, "taskgate: --admin-listen %s: %v\n", o.adminListen, err)
-			return 1
+			fmt.Fprintf(lw, "taskgate: --admin-listen %s: %v\n", o.adminListen, err)
+			return listenExit(err)
 		}
-		admin = &http.Server{Handler: adminMux(reg, store, h, o), ReadHeaderTimeout: 10 * time.Second}
+		admin = &http.Server{Handler: adminMux(reg, st.store, h), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = admin.Serve(aln) }()
 	}
 	serveErr := make(chan error, 1)
@@ -417,12 +496,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
 	code := 0
-	select {
-	case s := <-sig:
-		log.Info().Str("signal", s.String()).Dur("grace", o.shutdownGrace).Msg("shutting down")
-	case err := <-serveErr:
-		log.Error().Err(err).Msg("server stopped")
-		code = 1
+wait:
+	for {
+		select {
+		case <-hup:
+			reloader.reload()
+		case s := <-sig:
+			log.Info().Str("signal", s.String()).Dur("grace", o.shutdownGrace).Msg("shutting down")
+			break wait
+		case err := <-serveErr:
+			log.Error().Err(err).Msg("server stopped")
+			code = 1
+			break wait
+		}
 	}
 	signal.Stop(sig)
 
@@ -441,6 +527,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if admin != nil {
 		_ = admin.Close()
 	}
+	stopBG()
 	log.Info().Msg("stopped")
 	return code
 }
@@ -496,9 +583,19 @@ func storeName(o *options) string {
 	return "redis"
 }
 
+// openedStore is the task store openStore connected.
+type openedStore struct {
+	store taskstore.Store
+	rdb   redis.UniversalClient // nil for the embedded store
+	key   *sharedKey            // non-nil: the owner key is to be read from Redis
+	close func()
+}
+
 // openStore connects the task store: Redis when --redis is set (it need not
-// be up yet: taskgate starts and reports not ready), else the embedded one.
-func openStore(o *options, log zerolog.Logger) (taskstore.Store, func(), error) {
+// be up yet: taskgate starts, passes traffic through and reports the store
+// down), else the embedded one. With --redis and no --owner-key, task
+// operations are held back by a keyGate until the shared key is loaded.
+func openStore(o *options, log zerolog.Logger) (*openedStore, error) {
 	cfg := taskstore.Config{CursorKey: []byte(o.ownerKey)}
 	if len(cfg.CursorKey) == 0 {
 		cfg.CursorKey = nil
@@ -506,52 +603,52 @@ func openStore(o *options, log zerolog.Logger) (taskstore.Store, func(), error) 
 	if o.redisURL == "" {
 		s, closer, err := taskstore.NewEmbedded(cfg)
 		if err != nil {
-			return nil, nil, fmt.Errorf("embedded store: %w", err)
+			return nil, fmt.Errorf("embedded store: %w", err)
 		}
-		log.Warn().Msg("using the embedded task store: tasks live in this process only; set --redis for replicas and restarts")
-		return s, closer, nil
+		log.Warn().Msg("using the embedded task store: tasks live in this process only and are lost when it exits; " +
+			"set --redis to share tasks between replicas and keep them across restarts")
+		return &openedStore{store: s, close: closer}, nil
 	}
 	rdb, err := taskstore.Open(o.redisURL)
 	if err != nil {
-		return nil, nil, fmt.Errorf("--redis: %w", err)
+		return nil, fmt.Errorf("--redis: %w", err)
 	}
 	s, err := taskstore.NewRedis(rdb, cfg)
 	if err != nil {
 		rdb.Close()
-		return nil, nil, fmt.Errorf("--redis: %w", err)
+		return nil, fmt.Errorf("--redis: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), o.storeTimeout)
-	defer cancel()
-	if err := s.Ping(ctx); err != nil {
-		log.Warn().Err(err).Msg("task store not reachable yet; pass-through works, task operations fail until it is")
+	out := &openedStore{store: s, rdb: rdb, close: func() { _ = s.Close(); _ = rdb.Close() }}
+	if o.ownerKey == "" {
+		gate := &keyGate{Store: s}
+		out.store = gate
+		out.key = &sharedKey{rdb: rdb, store: s, gate: gate, timeout: o.storeTimeout, log: log}
 	}
-	return s, func() { _ = s.Close(); _ = rdb.Close() }, nil
+	return out, nil
 }
 
-// adminMux serves /healthz (alive), /readyz (upstream and store reachable)
-// and /metrics.
-func adminMux(reg *prometheus.Registry, store taskstore.Store, h *proxy.Handler, o *options) http.Handler {
+// adminMux serves /healthz (alive), /readyz (the upstream accepts
+// connections: pass-through works, whatever the store's state),
+// /readyz/store (the task store answers) and /metrics.
+func adminMux(reg *prometheus.Registry, store taskstore.Store, h *proxy.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		var problems []string
-		if err := h.PingUpstream(ctx); err != nil {
-			problems = append(problems, "upstream: "+err.Error())
+	check := func(what string, ping func(context.Context) error) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+			defer cancel()
+			if err := ping(ctx); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = io.WriteString(w, what+": "+err.Error()+"\n")
+				return
+			}
+			_, _ = io.WriteString(w, "ready\n")
 		}
-		if err := store.Ping(ctx); err != nil {
-			problems = append(problems, "store: "+err.Error())
-		}
-		if len(problems) > 0 {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			_, _ = io.WriteString(w, strings.Join(problems, "\n")+"\n")
-			return
-		}
-		_, _ = io.WriteString(w, "ready\n")
-	})
+	}
+	mux.HandleFunc("/readyz", check("upstream", h.PingUpstream))
+	mux.HandleFunc("/readyz/store", check("store", store.Ping))
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return mux
 }

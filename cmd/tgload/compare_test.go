@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -141,9 +142,20 @@ func TestCompareRuns(t *testing.T) {
 			t.Errorf("round %d not in --compare order: %q %q", r, round[0].Label, round[1].Label)
 		}
 	}
-	// 2 workers at >= 5 ms per call cannot exceed 400 calls/s.
-	if sl.RPS > 400 || sl.Ratio >= 1 || sl.AddedP50ms < 4 {
-		t.Errorf("slow: rps %.0f ratio %.3f added p50 %.3f ms; want <= 400, < 1, >= 4", sl.RPS, sl.Ratio, sl.AddedP50ms)
+	// Every slow call waits 5 ms, whatever the machine's load: its median
+	// latency cannot be below that. (Comparing it with the fast target's
+	// figures would be a timing assertion: on a loaded machine the fast
+	// target can be as slow as the slow one.)
+	if sl.P50ms < 5 {
+		t.Errorf("slow: p50 %.3f ms; want >= 5", sl.P50ms)
+	}
+	// The ratio is the median of the per-round ratios against the baseline.
+	var ratios []float64
+	for _, round := range s.Runs {
+		ratios = append(ratios, round[1].RPS/round[0].RPS)
+	}
+	if want := median(ratios); math.Abs(sl.Ratio-want) > 0.0005 {
+		t.Errorf("slow: ratio %.4f; want the median of the rounds' ratios %.4f (rounded to 3 places)", sl.Ratio, want)
 	}
 }
 

@@ -79,11 +79,58 @@ func StartCluster(t testing.TB) []string {
 
 func lookPath(t testing.TB, name string) string {
 	t.Helper()
+	return Need(t, name)
+}
+
+// skipped lists the tests skipped because a program was missing, by
+// program, for Report.
+var skipped struct {
+	mu    sync.Mutex
+	tests map[string][]string
+}
+
+// Need returns the path of the program name (e.g. "redis-server"), or
+// skips the test when it is not on PATH, recording the skip for Report.
+func Need(t testing.TB, name string) string {
+	t.Helper()
 	p, err := exec.LookPath(name)
 	if err != nil {
+		skipped.mu.Lock()
+		if skipped.tests == nil {
+			skipped.tests = map[string][]string{}
+		}
+		skipped.tests[name] = append(skipped.tests[name], t.Name())
+		skipped.mu.Unlock()
 		t.Skipf("redistest: %s not on PATH", name)
 	}
 	return p
+}
+
+// ttyPath is where Report also writes (tests clear it).
+var ttyPath = "/dev/tty"
+
+// Report writes one banner naming the tests Need skipped, if any, to w
+// and to the terminal (/dev/tty) when there is one: go test shows a passing
+// package's output only with -v, and a skipped store or end-to-end suite
+// must not pass unnoticed. Call it from TestMain after m.Run.
+func Report(w io.Writer) {
+	skipped.mu.Lock()
+	defer skipped.mu.Unlock()
+	if len(skipped.tests) == 0 {
+		return
+	}
+	var b strings.Builder
+	b.WriteString("\n==================== TESTS SKIPPED ====================\n")
+	for prog, tests := range skipped.tests {
+		fmt.Fprintf(&b, "%s is not on PATH: %d tests skipped (install it, e.g. apt-get install redis-server):\n  %s\n",
+			prog, len(tests), strings.Join(tests, "\n  "))
+	}
+	b.WriteString("=======================================================\n")
+	_, _ = io.WriteString(w, b.String())
+	if tty, err := os.OpenFile(ttyPath, os.O_WRONLY, 0); ttyPath != "" && err == nil {
+		_, _ = io.WriteString(tty, b.String())
+		tty.Close()
+	}
 }
 
 // spawn starts bin on a free port, retrying when another process grabbed

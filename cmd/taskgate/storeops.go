@@ -1,0 +1,251 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/rs/zerolog"
+
+	"github.com/taskgate/taskgate/proxy"
+	"github.com/taskgate/taskgate/taskstore"
+)
+
+// ownerKeyName names the owner key SharedSecret keeps in Redis.
+const ownerKeyName = "owner-key"
+
+// errKeyNotLoaded is what task operations get while the owner key replicas
+// share through Redis is not known yet.
+var errKeyNotLoaded = fmt.Errorf("%w: the owner key shared through Redis is not loaded yet", taskstore.ErrUnavailable)
+
+// keyGate holds back the store operations through which tasks and session
+// records are created or found (Create, Get, Outcome, List, Cancel, the
+// session versions and the sessions' owner bindings) until the owner key shared by the replicas is known:
+// an owner hashed with a provisional key would put tasks where the other
+// replicas never look. The other operations act on tasks found through
+// these, and pass through.
+type keyGate struct {
+	taskstore.Store
+	ready atomic.Bool
+}
+
+func (g *keyGate) check() error {
+	if g.ready.Load() {
+		return nil
+	}
+	return errKeyNotLoaded
+}
+
+func (g *keyGate) Create(ctx context.Context, t *taskstore.Task, opt taskstore.CreateOptions) error {
+	if err := g.check(); err != nil {
+		return err
+	}
+	return g.Store.Create(ctx, t, opt)
+}
+
+func (g *keyGate) Get(ctx context.Context, owner, id string) (*taskstore.Task, error) {
+	if err := g.check(); err != nil {
+		return nil, err
+	}
+	return g.Store.Get(ctx, owner, id)
+}
+
+func (g *keyGate) Outcome(ctx context.Context, owner, id string) (*taskstore.Task, *taskstore.Outcome, error) {
+	if err := g.check(); err != nil {
+		return nil, nil, err
+	}
+	return g.Store.Outcome(ctx, owner, id)
+}
+
+func (g *keyGate) List(ctx context.Context, owner, cursor string, limit int) ([]taskstore.Task, string, error) {
+	if err := g.check(); err != nil {
+		return nil, "", err
+	}
+	return g.Store.List(ctx, owner, cursor, limit)
+}
+
+func (g *keyGate) Cancel(ctx context.Context, owner, id, msg string) (*taskstore.Task, error) {
+	if err := g.check(); err != nil {
+		return nil, err
+	}
+	return g.Store.Cancel(ctx, owner, id, msg)
+}
+
+func (g *keyGate) SessionVersion(ctx context.Context, session string) (string, error) {
+	if err := g.check(); err != nil {
+		return "", err
+	}
+	return g.Store.SessionVersion(ctx, session)
+}
+
+func (g *keyGate) SetSessionVersion(ctx context.Context, session, version string, ttl time.Duration) error {
+	if err := g.check(); err != nil {
+		return err
+	}
+	return g.Store.SetSessionVersion(ctx, session, version, ttl)
+}
+
+func (g *keyGate) BindSession(ctx context.Context, session, credential string, ttl time.Duration) error {
+	if err := g.check(); err != nil {
+		return err
+	}
+	return g.Store.BindSession(ctx, session, credential, ttl)
+}
+
+func (g *keyGate) Session(ctx context.Context, session string) (taskstore.SessionRecord, error) {
+	if err := g.check(); err != nil {
+		return taskstore.SessionRecord{}, err
+	}
+	return g.Store.Session(ctx, session)
+}
+
+func (g *keyGate) StartSessionTask(ctx context.Context, session, id string, until time.Time) error {
+	if err := g.check(); err != nil {
+		return err
+	}
+	return g.Store.StartSessionTask(ctx, session, id, until)
+}
+
+func (g *keyGate) CloseSession(ctx context.Context, session string) (bool, error) {
+	if err := g.check(); err != nil {
+		return false, err
+	}
+	return g.Store.CloseSession(ctx, session)
+}
+
+func (g *keyGate) Ping(ctx context.Context) error {
+	if err := g.Store.Ping(ctx); err != nil {
+		return err
+	}
+	return g.check()
+}
+
+// sharedKey loads the owner key the replicas on one Redis share, installs
+// it in the handler and the store, and opens the gate.
+type sharedKey struct {
+	rdb     redis.UniversalClient
+	store   *taskstore.Redis
+	gate    *keyGate
+	timeout time.Duration
+	log     zerolog.Logger
+}
+
+// load makes one attempt.
+func (k *sharedKey) load(ctx context.Context, h *proxy.Handler) error {
+	ctx, cancel := context.WithTimeout(ctx, k.timeout)
+	defer cancel()
+	key, err := taskstore.SharedSecret(ctx, k.rdb, "", ownerKeyName)
+	if err != nil {
+		return err
+	}
+	h.SetOwnerKey(key)
+	if err := k.store.SetCursorKey(key); err != nil {
+		return err
+	}
+	k.gate.ready.Store(true)
+	k.log.Info().Str("redis_key", taskstore.SharedSecretKey("", ownerKeyName)).
+		Msg("owner key: shared by every taskgate on this Redis (anyone who can read this Redis key can read it; set --owner-key to keep it out of Redis)")
+	return nil
+}
+
+// loop retries load until it succeeds or ctx ends.
+func (k *sharedKey) loop(ctx context.Context, h *proxy.Handler) {
+	for wait := time.Second; ; wait = min(2*wait, 10*time.Second) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		if err := k.load(ctx, h); err == nil {
+			return
+		} else if ctx.Err() == nil {
+			k.log.Debug().Err(err).Dur("retry_in", wait).Msg("owner key: Redis not reachable yet")
+		}
+	}
+}
+
+// storeProbe checks the store every interval, keeps taskgate_store_up
+// current, logs each change of health with its cause (a wrong password
+// named as such), and checks Redis's eviction policy once it answers.
+type storeProbe struct {
+	store    taskstore.Store
+	rdb      redis.UniversalClient // nil for the embedded store
+	timeout  time.Duration
+	log      zerolog.Logger
+	up       prometheus.Gauge
+	last     atomic.Pointer[error]
+	evictOK  bool // the eviction policy was checked
+	wasUp    int  // -1 unknown, 0 down, 1 up
+	lastKind string
+}
+
+func newStoreProbe(reg prometheus.Registerer, store taskstore.Store, rdb redis.UniversalClient, timeout time.Duration, log zerolog.Logger) *storeProbe {
+	p := &storeProbe{store: store, rdb: rdb, timeout: timeout, log: log, wasUp: -1,
+		up: prometheus.NewGauge(prometheus.GaugeOpts{Name: "taskgate_store_up",
+			Help: "1 when the last check of the task store succeeded, else 0 (checked every 5s; /readyz/store checks on demand)."})}
+	reg.MustRegister(p.up)
+	return p
+}
+
+// check pings the store once and reports the result.
+func (p *storeProbe) check(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
+	defer cancel()
+	err := p.store.Ping(ctx)
+	p.last.Store(&err)
+	if err != nil {
+		p.up.Set(0)
+		kind := "unreachable"
+		switch {
+		case taskstore.IsAuthError(err):
+			kind = "auth"
+		case errors.Is(err, errKeyNotLoaded):
+			kind = "key"
+		}
+		if p.wasUp != 0 || kind != p.lastKind {
+			switch kind {
+			case "auth":
+				p.log.Error().Err(err).Msg("task store: Redis refused the credentials in --redis (wrong password or user); task operations fail until the URL is fixed")
+			case "key":
+				p.log.Warn().Msg("task store: Redis answers, the shared owner key is not loaded yet; task operations fail until it is")
+			default:
+				p.log.Warn().Err(err).Msg("task store not reachable; pass-through works, task operations fail until it is")
+			}
+		}
+		p.wasUp, p.lastKind = 0, kind
+		return err
+	}
+	p.up.Set(1)
+	if p.wasUp == 0 {
+		p.log.Info().Msg("task store reachable again")
+	}
+	p.wasUp, p.lastKind = 1, ""
+	if !p.evictOK && p.rdb != nil {
+		p.evictOK = true
+		switch pol, err := taskstore.EvictionPolicy(ctx, p.rdb); {
+		case err != nil:
+			p.log.Debug().Err(err).Msg("task store: cannot read maxmemory-policy (CONFIG may be disabled); make sure it is noeviction")
+		case pol != "noeviction":
+			p.log.Warn().Str("maxmemory_policy", pol).Msg("task store: Redis may evict keys under memory pressure, which loses tasks; set maxmemory-policy noeviction")
+		}
+	}
+	return nil
+}
+
+// loop checks every interval until ctx ends.
+func (p *storeProbe) loop(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = p.check(ctx)
+		}
+	}
+}

@@ -1,0 +1,174 @@
+package taskstore
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/taskgate/taskgate/taskstore/redistest"
+)
+
+// commandBudgets are the Redis commands each operation may cost, counted by
+// a real redis-server (INFO commandstats counts the commands a script
+// runs, too), averaged over opRuns runs in steady state (scripts cached,
+// the owner's index and live zsets and the lease zset already extended for
+// this keepStep). Each entry is the most the operation may cost of that
+// command; a command not listed must not be run at all. They are the
+// budgets of the design: one EVALSHA or HMGET per operation; one
+// PEXPIREAT per create (the task hash), none for the zsets within one
+// keepStep; no lease-zset write on Renew; no PUBLISH on a session channel
+// nobody listens on (only the task channel's).
+var commandBudgets = map[string]map[string]float64{
+	"Create": {"evalsha": 1, "exists": 1, "zcard": 1, "zrange": 1, "hset": 1, "pexpireat": 1.1, "zadd": 3, "pttl": 3},
+	"Get":    {"hmget": 1},
+	// Update publishes on the task channel and checks the session's
+	// listener registry instead of publishing there.
+	"Update": {"evalsha": 1, "hmget": 1, "hset": 1, "publish": 1, "hget": 1},
+	// Enqueue sets the queue's expiry only when it starts the queue.
+	"Enqueue": {"evalsha": 1, "hmget": 1, "rpush": 1, "pexpireat": 1.1, "publish": 1, "exists": 1, "sadd": 1, "pttl": 1.1, "hget": 1},
+	"Drain":   {"evalsha": 1, "lrange": 1, "del": 1, "hget": 1, "srem": 1},
+	"Renew":   {"evalsha": 1, "hmget": 1, "hset": 1},
+	"Outcome": {"hmget": 1},
+	"Finish": {"evalsha": 1, "zrem": 2, "hmget": 1, "hset": 1, "hdel": 1, "lrange": 1, "del": 1,
+		"publish": 1, "srem": 1, "hget": 1},
+	"Cancel": {"evalsha": 1, "zrem": 2, "hmget": 1, "hset": 1, "hdel": 1, "del": 1, "publish": 1, "srem": 1, "hget": 1},
+	// List of a page of 10 from 20 tasks: one range read and one HMGET per
+	// task read (10 and the one that tells there is more).
+	"List": {"evalsha": 1, "zrangebyscore": 1, "hmget": 11},
+}
+
+const opRuns = 50
+
+// TestCommandCounts runs each operation opRuns times on a fresh
+// redis-server and compares the commands Redis counted with
+// commandBudgets.
+func TestCommandCounts(t *testing.T) {
+	addr := redistest.Start(t)
+	rdb := redis.NewClient(clientOpts(addr))
+	s := storeOn(t, rdb, uniquePrefix(), Config{}, true)
+	admin := redis.NewClient(clientOpts(addr))
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx := testCtx(t)
+
+	newTasks := func(n int) []*Task {
+		out := make([]*Task, n)
+		for i := range out {
+			out[i] = newSessionTask(ownerA, sessA)
+			if err := s.Create(ctx, out[i], CreateOptions{MaxPerOwner: 1 << 20}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return out
+	}
+	newTasks(20) // warm up: scripts cached, zsets extended
+	var tasks []*Task
+	msg := []byte(`{"jsonrpc":"2.0","method":"notifications/message","params":{}}`)
+	ops := []struct {
+		name  string
+		setup func()
+		fn    func(i int) error
+	}{
+		{"Create", nil, func(int) error {
+			return s.Create(ctx, newSessionTask(ownerA, sessA), CreateOptions{MaxPerOwner: 1 << 20})
+		}},
+		{"Get", func() { tasks = newTasks(opRuns) }, func(i int) error { _, err := s.Get(ctx, ownerA, tasks[i].ID); return err }},
+		{"Update", nil, func(i int) error { _, err := s.Update(ctx, ownerA, tasks[i].ID, InputRequired, "x"); return err }},
+		{"Enqueue", nil, func(i int) error {
+			_, err := s.Enqueue(ctx, ownerA, tasks[i].ID, KindNotification, msg, 10)
+			return err
+		}},
+		{"Drain", nil, func(i int) error { _, err := s.Drain(ctx, ownerA, tasks[i].ID); return err }},
+		{"Renew", nil, func(i int) error { _, err := s.Renew(ctx, ownerA, tasks[i].ID, time.Minute); return err }},
+		{"Finish", nil, func(i int) error {
+			_, err := s.Finish(ctx, ownerA, tasks[i].ID, Completed, "", benchOutcome)
+			return err
+		}},
+		{"Outcome", nil, func(i int) error { _, _, err := s.Outcome(ctx, ownerA, tasks[i].ID); return err }},
+		{"Cancel", func() { tasks = newTasks(opRuns) }, func(i int) error { _, err := s.Cancel(ctx, ownerA, tasks[i].ID, ""); return err }},
+		{"List", nil, func(int) error { _, _, err := s.List(ctx, ownerB, "", 10); return err }},
+	}
+	for range 20 {
+		if err := s.Create(ctx, newTask(ownerB), CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Pass 0 loads every script (its first EVALSHA is a NOSCRIPT reply and
+	// an EVAL); pass 1 is measured.
+	for pass := range 2 {
+		for _, op := range ops {
+			if op.setup != nil {
+				op.setup()
+			}
+			if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+			for i := range opRuns {
+				if err := op.fn(i); err != nil {
+					t.Fatalf("%s: %v", op.name, err)
+				}
+			}
+			if pass == 1 {
+				checkBudget(t, op.name, commandStats(t, ctx, admin))
+			}
+		}
+	}
+}
+
+// checkBudget compares one operation's command counts (over opRuns runs)
+// with its budget and logs them.
+func checkBudget(t *testing.T, op string, got map[string]int64) {
+	t.Helper()
+	budget, ok := commandBudgets[op]
+	if !ok {
+		t.Fatalf("no budget for %s", op)
+	}
+	var line []string
+	for _, c := range slices.Sorted(maps.Keys(got)) {
+		per := float64(got[c]) / opRuns
+		line = append(line, fmt.Sprintf("%s %.2f", c, per))
+		if max, ok := budget[c]; !ok || per > max+1e-9 {
+			t.Errorf("%s: %.2f %s per operation, budget %v", op, per, c, max)
+		}
+	}
+	t.Logf("%-8s %s", op, strings.Join(line, ", "))
+}
+
+// commandStats reads INFO commandstats: command -> calls, without the
+// commands of the measurement itself.
+func commandStats(t *testing.T, ctx context.Context, admin *redis.Client) map[string]int64 {
+	t.Helper()
+	info, err := admin.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int64{}
+	sc := bufio.NewScanner(strings.NewReader(info))
+	for sc.Scan() {
+		name, rest, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
+		if !ok || !strings.HasPrefix(name, "cmdstat_") {
+			continue
+		}
+		name = strings.TrimPrefix(name, "cmdstat_")
+		if name == "info" || strings.HasPrefix(name, "config") {
+			continue
+		}
+		for _, kv := range strings.Split(rest, ",") {
+			if v, ok := strings.CutPrefix(kv, "calls="); ok {
+				n, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					t.Fatalf("commandstats %q: %v", sc.Text(), err)
+				}
+				out[name] = n
+			}
+		}
+	}
+	return out
+}
