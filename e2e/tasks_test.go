@@ -112,8 +112,8 @@ func TestTaskLifecycle_E07_E18(t *testing.T) {
 	if tk.TTL == nil || *tk.TTL != time.Hour.Milliseconds() {
 		t.Errorf("ttl = %v, want the policy default 3600000", tk.TTL)
 	}
-	if tk.PollInterval == nil || *tk.PollInterval != 2000 {
-		t.Errorf("pollInterval = %v, want 2000", tk.PollInterval)
+	if tk.PollInterval == nil || *tk.PollInterval < 1 || *tk.PollInterval > 2000 {
+		t.Errorf("pollInterval = %v, want 1..2000 ms (it starts small and grows to the policy's 2000)", tk.PollInterval)
 	}
 	// The upstream is still busy with it.
 	waitUpstreamRunning(t, stats, 1)
@@ -249,8 +249,10 @@ func TestTaskCancel_E26_E27_E29(t *testing.T) {
 			if err != nil {
 				return
 			}
+			// The task's notifications (the tool's log lines) may come
+			// first; the answer is the response.
 			var m rpcMsg
-			if ev.Data != "" && json.Unmarshal([]byte(ev.Data), &m) == nil {
+			if ev.Data != "" && json.Unmarshal([]byte(ev.Data), &m) == nil && m.Method == "" {
 				blocked <- m
 				return
 			}

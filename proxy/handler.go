@@ -196,6 +196,7 @@ type Handler struct {
 	// relayBufs holds *[]byte buffers for reading buffered answers.
 	relayBufs sync.Pool
 	endWait   time.Duration // relay's wait for the end of an SSE answer (endWait; tests change it)
+	getHold   time.Duration // tasks/get's wait for a young local call (pollStart; tests change it)
 	// jobs holds this process's running task calls by task id, so a
 	// tasks/result waiting here on a call running here wakes when the
 	// runner settles it instead of through a Redis subscription.
@@ -302,8 +303,12 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 	h.passPool = connPool{max: 1024, maxIdle: cfg.UpstreamIdleConn}
 	h.relayBufs.New = func() any { b := make([]byte, 16<<10); return &b }
 	h.endWait = endWait
+	h.getHold = pollStart
 	h.limiter = newRateLimiter(cfg.TaskRate, cfg.TaskBurst, 65536)
-	h.root, h.cancel = context.WithCancel(context.Background())
+	// The root's cause reaches every running call (their contexts derive
+	// from it): context.Cause tells a shutdown from a client's cancel.
+	root, cancelRoot := context.WithCancelCause(context.Background())
+	h.root, h.cancel = root, func() { cancelRoot(errShutdown) }
 	h.runq, h.closing = make(chan *job), make(chan struct{})
 	h.hc = &fasthttp.HostClient{
 		Addr:                          h.upAddr,

@@ -500,3 +500,81 @@ func sseAnswer(stream string) fasthttp.RequestHandler {
 		rc.SetBodyString(stream)
 	}
 }
+
+// The task-stream methods are counted too, so command budgets see every
+// store round trip.
+
+func (s *countingStore) WatchKinds(ctx context.Context, owner, id string, kinds taskstore.EventKind) (<-chan struct{}, func(), error) {
+	s.count("WatchKinds")
+	return s.Store.WatchKinds(ctx, owner, id, kinds)
+}
+
+func (s *countingStore) Enqueue(ctx context.Context, owner, id string, kind taskstore.MessageKind, msg []byte, max int) (int, error) {
+	s.count("Enqueue")
+	return s.Store.Enqueue(ctx, owner, id, kind, msg, max)
+}
+
+func (s *countingStore) Drain(ctx context.Context, owner, id string) ([]taskstore.Message, error) {
+	s.count("Drain")
+	return s.Store.Drain(ctx, owner, id)
+}
+
+func (s *countingStore) Requeue(ctx context.Context, owner, id string, msgs []taskstore.Message) error {
+	s.count("Requeue")
+	return s.Store.Requeue(ctx, owner, id, msgs)
+}
+
+func (s *countingStore) SetListening(ctx context.Context, owner, id string, ttl time.Duration) error {
+	s.count("SetListening")
+	return s.Store.SetListening(ctx, owner, id, ttl)
+}
+
+func (s *countingStore) QueuedTasks(ctx context.Context, owner, session string) ([]string, error) {
+	s.count("QueuedTasks")
+	return s.Store.QueuedTasks(ctx, owner, session)
+}
+
+func (s *countingStore) WatchSession(ctx context.Context, owner, session string) (<-chan taskstore.SessionEvent, func(), error) {
+	s.count("WatchSession")
+	return s.Store.WatchSession(ctx, owner, session)
+}
+
+func (s *countingStore) AddPending(ctx context.Context, owner, session, reqID, id string) error {
+	s.count("AddPending")
+	return s.Store.AddPending(ctx, owner, session, reqID, id)
+}
+
+func (s *countingStore) Answer(ctx context.Context, owner, session, reqID string, msg []byte) (string, error) {
+	s.count("Answer")
+	return s.Store.Answer(ctx, owner, session, reqID, msg)
+}
+
+func (s *countingStore) TakeAnswers(ctx context.Context, owner, id string) ([][]byte, error) {
+	s.count("TakeAnswers")
+	return s.Store.TakeAnswers(ctx, owner, id)
+}
+
+func (s *countingStore) PendingTask(ctx context.Context, owner, session, reqID string) (string, error) {
+	s.count("PendingTask")
+	return s.Store.PendingTask(ctx, owner, session, reqID)
+}
+
+// total is the number of calls in counts.
+func total(counts map[string]int) int {
+	n := 0
+	for _, c := range counts {
+		n += c
+	}
+	return n
+}
+
+// diff is after minus before, per method (zeros left out).
+func diff(after, before map[string]int) map[string]int {
+	out := make(map[string]int)
+	for k, v := range after {
+		if d := v - before[k]; d != 0 {
+			out[k] = d
+		}
+	}
+	return out
+}

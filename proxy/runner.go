@@ -26,7 +26,7 @@ type job struct {
 	t       *taskstore.Task
 	req     *fasthttp.Request
 	st      policy.Settings
-	log     zerolog.Logger
+	log     jobLog
 	session string // the owner's stream group (streamGroup; "" for anonymous callers)
 	// upSession is the store key of the upstream session the call runs on
 	// ("" without one, or when it is not recorded there).
@@ -43,7 +43,7 @@ type job struct {
 	// settled is closed once the runner has nothing more to record: the
 	// outcome is stored (or was dropped), or the call ended because the
 	// task was cancelled or expired. A tasks/result of this process waits
-	// on it (localSettled) before it reads the store.
+	// on it (localSettled, localResult) before it reads the store.
 	settled    chan struct{}
 	settleOnce sync.Once
 	// finalTask and finalOut are what Finish stored, when it succeeded; set
@@ -51,24 +51,113 @@ type job struct {
 	finalTask *taskstore.Task
 	finalOut  *taskstore.Outcome
 
-	// ctx bounds the call: the policy timeout, the task's expiry, and
-	// cancel (a tasks/cancel, shutdown) with the reason as its cause.
+	// queued is set once the runner queued a message of the task in the
+	// store (a notification or a question for the client); until then a
+	// tasks/result of this process needs no drain and no listening mark.
+	queued atomic.Bool
+
+	// ctx bounds the call: cancel (a tasks/cancel, the policy timeout, the
+	// task's expiry) with the reason as its cause; shutdown reaches it
+	// through the Handler's root context (cause errShutdown).
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
-	cancelDL context.CancelFunc
+	deadline time.Time // the policy timeout or the task's expiry, whichever is first
+	// deadlineCause is errTimeout or errExpired, the one deadline stands for.
+	deadlineCause error
+
+	mu sync.Mutex
+	// supTimer starts the supervisor (superviseRun) once the call has run
+	// for watchDelay or reached its deadline; most calls end before and
+	// never need a goroutine, a subscription or a ticker.
+	supTimer *time.Timer
+	supDone  chan struct{} // closed when the supervisor returns; nil until it starts
+	ended    bool          // the call returned: the supervisor is not started any more
+	wake     chan struct{} // closed (and cleared) when a message is queued; made by waiters
 }
 
+// jobLog logs with the task's id and tool. It is built lazily per line,
+// not as a child logger per job: most task lines are below the level in
+// use, and a child logger costs an allocation and a copy per task.
+type jobLog struct {
+	l            *zerolog.Logger
+	taskID, tool string
+}
+
+func (l jobLog) with(e *zerolog.Event) *zerolog.Event {
+	return e.Str(logTaskID, l.taskID).Str(logTool, l.tool)
+}
+func (l jobLog) Debug() *zerolog.Event { return l.with(l.l.Debug()) }
+func (l jobLog) Info() *zerolog.Event  { return l.with(l.l.Info()) }
+func (l jobLog) Warn() *zerolog.Event  { return l.with(l.l.Warn()) }
+func (l jobLog) Error() *zerolog.Event { return l.with(l.l.Error()) }
+
 // newJob makes the job of a created task; start it with h.startJob(j).
-func newJob(t *taskstore.Task, req *fasthttp.Request, st policy.Settings, session, upSession string) *job {
-	j := &job{t: t, req: req, st: st, session: session, upSession: upSession, settled: make(chan struct{})}
-	deadline, deadlineCause := t.CreatedAt.Add(st.Timeout), errTimeout
-	if exp := t.ExpiresAt(); exp.Before(deadline) {
-		deadline, deadlineCause = exp, errExpired
+// parent is the Handler's root context: its end (shutdown) ends the call.
+func newJob(parent context.Context, log *zerolog.Logger, t *taskstore.Task, req *fasthttp.Request, st policy.Settings, session, upSession string) *job {
+	j := &job{t: t, req: req, st: st, session: session, upSession: upSession, settled: make(chan struct{}),
+		log: jobLog{l: log, taskID: t.ID, tool: t.Tool}}
+	j.deadline, j.deadlineCause = t.CreatedAt.Add(st.Timeout), errTimeout
+	if exp := t.ExpiresAt(); exp.Before(j.deadline) {
+		j.deadline, j.deadlineCause = exp, errExpired
 	}
-	ctx, cancelDL := context.WithDeadlineCause(context.Background(), deadline, deadlineCause)
-	j.ctx, j.cancel = context.WithCancelCause(ctx)
-	j.cancelDL = cancelDL
+	j.ctx, j.cancel = context.WithCancelCause(parent)
 	return j
+}
+
+// noteQueued records that a message of the task was queued in the store
+// and wakes the local tasks/result waiters.
+func (j *job) noteQueued() {
+	j.queued.Store(true)
+	j.mu.Lock()
+	if j.wake != nil {
+		close(j.wake)
+		j.wake = nil
+	}
+	j.mu.Unlock()
+}
+
+// changes returns a channel closed at the next noteQueued. Check queued
+// after taking it, so no wake-up is lost.
+func (j *job) changes() <-chan struct{} {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.wake == nil {
+		j.wake = make(chan struct{})
+	}
+	return j.wake
+}
+
+// startSupervision arms the timer that starts superviseRun.
+func (h *Handler) startSupervision(j *job) {
+	after := min(watchDelay, time.Until(j.deadline))
+	j.mu.Lock()
+	j.supTimer = time.AfterFunc(after, func() {
+		j.mu.Lock()
+		defer j.mu.Unlock()
+		if j.ended {
+			return
+		}
+		j.supDone = make(chan struct{})
+		go func() {
+			defer close(j.supDone)
+			h.superviseRun(j)
+		}()
+	})
+	j.mu.Unlock()
+}
+
+// stopSupervision ends the call's context and waits for the supervisor, if
+// it started.
+func (j *job) stopSupervision() {
+	j.mu.Lock()
+	j.ended = true
+	j.supTimer.Stop()
+	done := j.supDone
+	j.mu.Unlock()
+	j.cancel(nil)
+	if done != nil {
+		<-done
+	}
 }
 
 // startJob runs j on an idle runner goroutine, or on a new one. Runner
@@ -146,15 +235,10 @@ func (h *Handler) run(j *job) {
 	}()
 
 	ctx, cancel := j.ctx, j.cancel
-	defer j.cancelDL()
 	defer cancel(nil)
 
 	j.req.Header.CopyTo(&j.hdr)
-	watchDone := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		h.superviseRun(ctx, cancel, j)
-	}()
+	h.startSupervision(j)
 
 	var res callResult
 	func() {
@@ -169,8 +253,7 @@ func (h *Handler) run(j *job) {
 		h.m.callDur.WithLabelValues(h.toolLabel(j.t.Tool)).Observe(time.Since(callStart).Seconds())
 	}()
 	cause := context.Cause(ctx)
-	cancel(nil)
-	<-watchDone
+	j.stopSupervision()
 
 	switch {
 	case errors.Is(cause, errCancelledByClient):
@@ -198,9 +281,13 @@ func (h *Handler) run(j *job) {
 
 // superviseRun ends the call when the task is cancelled (through any
 // replica: the store's wake-ups, with lease renewals as the fallback) or
-// this process shuts down, and renews the lease meanwhile.
-func (h *Handler) superviseRun(ctx context.Context, cancel context.CancelCauseFunc, j *job) {
-	t := j.t
+// its deadline passes, and renews the lease meanwhile. It starts once the
+// call has run for watchDelay (startSupervision): most calls end quickly,
+// which saves a goroutine, a SUBSCRIBE/UNSUBSCRIBE pair and two timers per
+// short task. The re-read after subscribing catches a cancel that came
+// before. Shutdown ends j.ctx through the root context.
+func (h *Handler) superviseRun(j *job) {
+	t, ctx, cancel := j.t, j.ctx, j.cancel
 	check := func(st taskstore.Status, err error) bool {
 		switch {
 		case errors.Is(err, taskstore.ErrNotFound):
@@ -212,13 +299,13 @@ func (h *Handler) superviseRun(ctx context.Context, cancel context.CancelCauseFu
 		}
 		return false
 	}
-	// Most calls end quickly: subscribe to the task's events only once the
-	// call has run for watchDelay, which saves a SUBSCRIBE/UNSUBSCRIBE pair
-	// per short task. The re-read after subscribing catches a cancel that
-	// came before.
-	var ch <-chan struct{}
-	subscribe := time.NewTimer(watchDelay)
-	defer subscribe.Stop()
+	left := time.Until(j.deadline)
+	if left <= 0 {
+		cancel(j.deadlineCause) // started at the deadline (a timeout below watchDelay)
+		return
+	}
+	deadline := time.NewTimer(left)
+	defer deadline.Stop()
 	renew := time.NewTicker(leaseRenew(h.cfg.Lease))
 	defer renew.Stop()
 	reread := func() bool {
@@ -231,26 +318,27 @@ func (h *Handler) superviseRun(ctx context.Context, cancel context.CancelCauseFu
 		}
 		return check(st, err)
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-h.root.Done():
-			cancel(errShutdown)
-			return
-		case <-subscribe.C:
-			wctx, wcancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-			c, stop, err := h.store.WatchKinds(wctx, t.Owner, t.ID, taskstore.EventTerminal+taskstore.EventAnswer)
-			wcancel()
-			if err != nil {
-				continue // rely on lease renewals
-			}
+	var ch <-chan struct{}
+	if ctx.Err() == nil {
+		wctx, wcancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
+		c, stop, err := h.store.WatchKinds(wctx, t.Owner, t.ID, taskstore.EventTerminal+taskstore.EventAnswer)
+		wcancel()
+		if err == nil { // else rely on lease renewals
 			defer stop()
 			ch = c
 			h.deliverAnswers(ctx, j, true)
 			if reread() {
 				return
 			}
+		}
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-deadline.C:
+			cancel(j.deadlineCause)
+			return
 		case <-ch:
 			h.deliverAnswers(ctx, j, true)
 			if reread() {
@@ -268,8 +356,8 @@ func (h *Handler) superviseRun(ctx context.Context, cancel context.CancelCauseFu
 	}
 }
 
-// watchDelay is how long a call runs before its runner subscribes to the
-// task's events (cancels and client answers).
+// watchDelay is how long a call runs before its supervisor starts and
+// subscribes to the task's events (cancels and client answers).
 const watchDelay = 250 * time.Millisecond
 
 // finish records the outcome. While the store is unreachable (a Redis
@@ -388,7 +476,7 @@ func (h *Handler) roundTrip(ctx context.Context, req *fasthttp.Request) (*upstre
 		if err != nil {
 			return nil, err
 		}
-		c = newUpConn(conn)
+		c = newBgConn(conn)
 	}
 	x := &upstreamCall{h: h, c: c, resp: fasthttp.AcquireResponse()}
 	x.stop = context.AfterFunc(ctx, x.abort)
@@ -397,10 +485,15 @@ func (h *Handler) roundTrip(ctx context.Context, req *fasthttp.Request) (*upstre
 		x.done()
 		return nil, err
 	}
-	if err := req.Write(c.bw); err != nil {
-		return fail(err)
+	bw := bgWriters.Get().(*bufio.Writer)
+	bw.Reset(c)
+	err := req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
 	}
-	if err := c.bw.Flush(); err != nil {
+	bw.Reset(nil)
+	bgWriters.Put(bw)
+	if err != nil {
 		return fail(err)
 	}
 	x.resp.StreamBody = true
@@ -421,6 +514,27 @@ type upConn struct {
 
 func newUpConn(c net.Conn) *upConn {
 	return &upConn{Conn: c, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriter(c)}
+}
+
+// Background calls wait on their connection for as long as the call runs
+// (minutes, for thousands of tasks at once), so their buffers are what an
+// in-flight task costs: a 4 KiB reader (response headers and the stream),
+// no writer of their own (a pooled one writes the request), and a 4 KiB
+// SSE line reader (longer lines are gathered whole).
+const bgReadBuf = 4 << 10
+
+// newBgConn wraps a connection for background calls (bgPool); its bw is
+// nil: roundTrip writes with a writer from bgWriters.
+func newBgConn(c net.Conn) *upConn {
+	return &upConn{Conn: c, br: bufio.NewReaderSize(c, bgReadBuf)}
+}
+
+// bgWriters holds the writers of background requests.
+var bgWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10) }}
+
+// newBgSSEReader reads the SSE answer of a background call.
+func newBgSSEReader(body io.Reader, max int) *sseReader {
+	return &sseReader{br: bufio.NewReaderSize(body, bgReadBuf), max: max}
 }
 
 // connPool keeps idle upstream connections (LIFO). Safe for concurrent use.
@@ -544,7 +658,7 @@ func (h *Handler) readSSEAnswer(ctx context.Context, j *job, cur *upstreamCall, 
 	var lastID string
 	retry := time.Second
 	for resumes := 0; ; resumes++ {
-		r := newSSEReader(body, h.cfg.MaxResultSize)
+		r := newBgSSEReader(body, h.cfg.MaxResultSize)
 		for {
 			ev, err := r.next()
 			if ev != nil && err == nil {

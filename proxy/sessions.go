@@ -307,9 +307,8 @@ func (h *Handler) startSessionTask(ctx context.Context, j *job) {
 	if j.upSession == "" {
 		return
 	}
-	until, _ := j.ctx.Deadline()
 	sctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-	err := h.store.StartSessionTask(sctx, j.upSession, j.t.ID, until)
+	err := h.store.StartSessionTask(sctx, j.upSession, j.t.ID, j.deadline)
 	cancel()
 	if err != nil {
 		// The session then closes without waiting for this call.

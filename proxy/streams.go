@@ -107,6 +107,9 @@ func (h *Handler) enqueue(ctx context.Context, j *job, kind taskstore.MessageKin
 	sctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
 	dropped, err := h.store.Enqueue(sctx, j.t.Owner, j.t.ID, kind, msg, h.cfg.QueueMax)
 	cancel()
+	if !errors.Is(err, taskstore.ErrTerminal) && !errors.Is(err, taskstore.ErrNotFound) {
+		j.noteQueued() // also when unsure (a timeout): a needless drain is harmless
+	}
 	switch {
 	case err == nil && dropped > 0:
 		j.log.Warn().Int("dropped", dropped).Int("queue_max", h.cfg.QueueMax).

@@ -218,8 +218,7 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 	h.taskEvent("created", tool)
 	h.log.Info().Str(logTaskID, id).Str(logOwner, owner).Str(logTool, tool).
 		Dur("ttl", t.TTL).Msg("task created")
-	j := newJob(t, req, st, group, upSess)
-	j.log = h.log.With().Str(logTaskID, t.ID).Str(logTool, t.Tool).Logger() // the runner logs with it too
+	j := newJob(h.root, &h.log, t, req, st, group, upSess)
 	h.startSessionTask(h.root, j)
 	h.jobs.Store(t.ID, j)
 	h.startJob(j)
@@ -274,6 +273,10 @@ func (h *Handler) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 	defer cancel()
 	switch env.method {
 	case methodTasksGet:
+		if t := h.holdYoungGet(owner, taskID); t != nil {
+			h.rpcResult(rc, env.id, appendTask(make([]byte, 0, 256), t))
+			return
+		}
 		t, err := h.store.Get(ctx, owner, taskID)
 		if err != nil {
 			h.storeError(rc, info, env.id, err)
@@ -301,10 +304,10 @@ func (h *Handler) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 		h.log.Info().Str(logTaskID, taskID).Str(logOwner, owner).Msg("task cancelled")
 		h.rpcResult(rc, env.id, appendTask(make([]byte, 0, 256), t))
 	case methodTasksResult:
-		if h.runsHere(owner, taskID) && !acceptsSSE(&rc.Request.Header) {
+		if j := h.localJob(owner, taskID); j != nil {
 			// The call runs in this process and the task is not terminal
-			// yet: wait for the runner (localSettled), no store read first.
-			h.awaitResult(rc, info, append([]byte(nil), env.id...), owner, taskID, false)
+			// yet: wait for the runner, no store read first.
+			h.localResult(rc, info, append([]byte(nil), env.id...), j)
 			return
 		}
 		t, out, err := h.store.Outcome(ctx, owner, taskID)
@@ -424,9 +427,30 @@ func appendTask(dst []byte, t *taskstore.Task) []byte {
 	dst = strconv.AppendInt(dst, t.TTL.Milliseconds(), 10)
 	if t.PollInterval > 0 {
 		dst = append(dst, `,"pollInterval":`...)
-		dst = strconv.AppendInt(dst, t.PollInterval.Milliseconds(), 10)
+		dst = strconv.AppendInt(dst, reportedPollInterval(t, time.Now()).Milliseconds(), 10)
 	}
 	return append(dst, '}')
+}
+
+// The pollInterval reported for a task that still runs starts at
+// pollStart and grows by 1/pollGrowth of the task's age, up to the
+// policy's pollInterval (its bound). A client that follows it learns of
+// the end of a short call within a few milliseconds and of a long one at
+// most about 1/pollGrowth of its age late (a 3 s call: 80 ms), while a
+// call that runs for minutes is polled no more often than the policy says.
+// A terminal task reports the policy's value (nothing is left to poll).
+const (
+	pollStart  = 5 * time.Millisecond
+	pollGrowth = 40
+)
+
+// reportedPollInterval is the pollInterval t reports at now.
+func reportedPollInterval(t *taskstore.Task, now time.Time) time.Duration {
+	if t.PollInterval <= 0 || t.Status.Terminal() {
+		return t.PollInterval
+	}
+	age := max(now.Sub(t.CreatedAt), 0) // replicas' clocks may differ a little
+	return max(min(pollStart+age/pollGrowth, t.PollInterval).Truncate(time.Millisecond), time.Millisecond)
 }
 
 // timeFormat is RFC 3339 in UTC with milliseconds (T-26, T-27).
@@ -499,6 +523,14 @@ func acceptsSSE(hdr *fasthttp.RequestHeader) bool {
 	return bytes.Contains(hdr.Peek(fasthttp.HeaderAccept), []byte("text/event-stream"))
 }
 
+// acceptsJSON reports whether a JSON answer suits the client: it asked for
+// application/json (or anything), or gave no Accept header.
+func acceptsJSON(hdr *fasthttp.RequestHeader) bool {
+	a := hdr.Peek(fasthttp.HeaderAccept)
+	return len(a) == 0 || bytes.Contains(a, []byte("application/json")) ||
+		bytes.Contains(a, []byte("*/*")) || bytes.Contains(a, []byte("application/*"))
+}
+
 // awaitResult blocks a tasks/result until the task is terminal (T-37). With
 // SSE it answers at once with a priming event and keep-alive comments, so
 // idle timeouts of proxies on the way do not cut the wait; the final answer
@@ -536,6 +568,161 @@ func (h *Handler) awaitResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte,
 	h.streamResult(rc, info, id, owner, taskID)
 }
 
+// localResult answers a tasks/result for a call that runs in this process
+// from the runner's memory: it waits for the runner to settle the task and
+// answers with the outcome the runner stored, in one write, without
+// reading the store. Only when the runner queued messages for the task
+// (the client must get them on this stream, before the result) or the
+// wait outlasts a keep-alive interval for a client that accepts SSE does
+// the answer become a stream: for a task that never queued a message it
+// then carries keep-alive comments and the result, still without store
+// round trips; once one is queued, the stream drains the task's queue
+// through the store as for a remote runner (streamResult).
+func (h *Handler) localResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, j *job) {
+	owner, taskID := j.t.Owner, j.t.ID
+	hdr := &rc.Request.Header
+	if !acceptsSSE(hdr) {
+		h.awaitResult(rc, info, id, owner, taskID, false) // localSettled
+		return
+	}
+	if !j.queued.Load() {
+		// A client that leaves ends the wait at once.
+		ctx, cancel := context.WithCancel(h.root)
+		var left atomic.Bool
+		unwatch := sysconn.WatchClose(rc.Conn(), func() { left.Store(true); cancel() })
+		stream := time.NewTimer(h.cfg.KeepAlive)
+		h.m.waiters.Inc()
+		t, out, settled, err := h.awaitLocal(ctx, j, stream.C)
+		h.m.waiters.Dec()
+		stream.Stop()
+		unwatch()
+		cancel()
+		switch {
+		case left.Load():
+			info.outcome = outcomeClientGone
+			rc.SetConnectionClose()
+			return
+		case err != nil:
+			h.storeError(rc, info, id, err)
+			return
+		case settled:
+			info.outcome = answerOutcome(t, out)
+		}
+		switch {
+		case settled && acceptsJSON(hdr):
+			h.writeOutcome(rc, id, t, out)
+			return
+		case settled:
+			// An SSE-only client: the result is the stream's one event.
+			rc.SetStatusCode(fasthttp.StatusOK)
+			rc.Response.Header.SetContentType("text/event-stream")
+			rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+			rc.SetBody(appendSSE(nil, resultEventID(taskID, id), appendOutcome(nil, id, t, out)))
+			return
+		}
+	}
+	h.streamLocalResult(rc, info, id, j)
+}
+
+// awaitLocal waits until j's runner settles the task (settled true, with
+// the task and its outcome), a message is queued for it, or until stop
+// fires or ctx ends (settled false, no error). A store read every
+// recheckInterval bounds a cancel the runner has not noticed yet.
+func (h *Handler) awaitLocal(ctx context.Context, j *job, stop <-chan time.Time) (*taskstore.Task, *taskstore.Outcome, bool, error) {
+	recheck := time.NewTimer(recheckInterval)
+	defer recheck.Stop()
+	for {
+		wake := j.changes()
+		if j.queued.Load() {
+			return nil, nil, false, nil
+		}
+		select {
+		case <-j.settled:
+			if j.queued.Load() {
+				return nil, nil, false, nil // its messages come first
+			}
+			if t := j.finalTask; t != nil && time.Now().Before(t.ExpiresAt()) {
+				// The runner stored this outcome; a terminal task never
+				// changes, so it is what the store would answer.
+				return t, j.finalOut, true, nil
+			}
+			return h.readTerminal(ctx, j.t.Owner, j.t.ID)
+		case <-wake:
+		case <-stop:
+			return nil, nil, false, nil
+		case <-ctx.Done():
+			return nil, nil, false, nil
+		case <-recheck.C:
+			if t, out, ok, err := h.readTerminal(ctx, j.t.Owner, j.t.ID); ok || err != nil {
+				return t, out, ok, err
+			}
+			recheck.Reset(recheckInterval)
+		}
+	}
+}
+
+// readTerminal reads the task's outcome once; settled reports whether it
+// is terminal. An unavailable store is no error: the caller keeps waiting.
+func (h *Handler) readTerminal(ctx context.Context, owner, taskID string) (*taskstore.Task, *taskstore.Outcome, bool, error) {
+	rctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
+	t, out, err := h.store.Outcome(rctx, owner, taskID)
+	cancel()
+	switch {
+	case errors.Is(err, taskstore.ErrUnavailable):
+		return nil, nil, false, nil
+	case err != nil:
+		return nil, nil, false, err
+	}
+	return t, out, t.Status.Terminal(), nil
+}
+
+// streamLocalResult is streamResult for a call that runs in this process:
+// keep-alive comments and the result from the runner's memory while the
+// task has no queued message, then (once one is queued) the store's wait
+// with the queue drained onto the stream.
+func (h *Handler) streamLocalResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, j *job) {
+	owner, taskID := j.t.Owner, j.t.ID
+	h.startResultStream(rc, info, id, taskID, func(ctx context.Context, w *bufio.Writer, evID string, left *atomic.Bool) string {
+		keep := time.NewTicker(h.cfg.KeepAlive)
+		defer keep.Stop()
+		for !j.queued.Load() {
+			t, out, settled, err := h.awaitLocal(ctx, j, keep.C)
+			switch {
+			case err != nil:
+				_, _ = w.Write(appendSSE(nil, evID, resultError(id, err)))
+				_ = w.Flush()
+				if errors.Is(err, taskstore.ErrNotFound) {
+					return "rpc_error"
+				}
+				return "store_unavailable"
+			case settled:
+				_, _ = w.Write(appendSSE(nil, evID, appendOutcome(nil, id, t, out)))
+				_ = w.Flush()
+				return answerOutcome(t, out)
+			case left.Load():
+				return outcomeClientGone
+			case ctx.Err() != nil:
+				return "shutdown" // the client resumes on another replica
+			case j.queued.Load():
+			default:
+				if _, err := w.WriteString(": keep-alive\n\n"); err != nil || w.Flush() != nil {
+					return outcomeClientGone
+				}
+			}
+		}
+		return h.resultStreamBody(ctx, w, evID, id, owner, taskID, left)
+	})
+}
+
+// resultError is the final answer of a tasks/result stream whose wait
+// failed with err.
+func resultError(id []byte, err error) []byte {
+	if errors.Is(err, taskstore.ErrNotFound) {
+		return appendErrorResponse(nil, id, codeInvalidParams, msgTaskNotFound)
+	}
+	return appendErrorResponse(nil, id, codeInternalError, msgStoreUnavailable)
+}
+
 // resumeResult serves GET + Last-Event-ID of a cut tasks/result stream
 // (E-25): the answer is a new stream that ends with the result, delivered
 // with the original request id. The owner check is the store lookup.
@@ -558,6 +745,19 @@ func (h *Handler) resumeResult(rc *fasthttp.RequestCtx, info *reqInfo, taskID st
 
 // streamResult answers with an SSE stream that ends with the task's result.
 func (h *Handler) streamResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, owner, taskID string) {
+	h.startResultStream(rc, info, id, taskID, func(ctx context.Context, w *bufio.Writer, evID string, left *atomic.Bool) string {
+		return h.resultStreamBody(ctx, w, evID, id, owner, taskID, left)
+	})
+}
+
+// startResultStream starts a tasks/result SSE answer: its priming event
+// (H-07: an id and empty data; retry tells the client how soon to resume
+// when the connection drops), then body, which writes the rest and returns
+// the request's outcome. A client that leaves ends body's ctx at once (and
+// sets left), and with it the stream's claim to deliver the task's
+// messages (SetListening).
+func (h *Handler) startResultStream(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, taskID string,
+	body func(ctx context.Context, w *bufio.Writer, evID string, left *atomic.Bool) string) {
 	rc.SetStatusCode(fasthttp.StatusOK)
 	rc.Response.Header.SetContentType("text/event-stream")
 	rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
@@ -575,66 +775,69 @@ func (h *Handler) streamResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte
 		var left atomic.Bool
 		ctx, cancel := context.WithCancel(h.root)
 		defer cancel()
-		// A client that leaves ends the wait at once, and with it the
-		// stream's claim to deliver the task's messages (SetListening).
 		defer sysconn.WatchClose(conn, func() { left.Store(true); cancel() })()
-		// Priming event (H-07): an id and empty data; retry tells the
-		// client how soon to resume when the connection drops.
 		fmt.Fprintf(w, "id: %s\nretry: %d\ndata: \n\n", evID, resumeRetryMs)
 		if w.Flush() != nil {
 			return
 		}
-		listen := func(ttl time.Duration) {
-			sctx, c := context.WithTimeout(context.Background(), h.cfg.StoreTimeout)
-			_ = h.store.SetListening(sctx, owner, taskID, ttl)
-			c()
-		}
-		listen(listeningTTLKeepAlive * h.cfg.KeepAlive)
-		defer listen(0)
-		keep := func() bool {
-			listen(listeningTTLKeepAlive * h.cfg.KeepAlive)
-			_, err := w.WriteString(": keep-alive\n\n")
-			return err == nil && w.Flush() == nil
-		}
-		n := 0
-		var open []openQuestion
-		deliver := func(msgs []taskstore.Message) int {
-			for i, m := range msgs {
-				n++
-				if _, err := w.Write(appendSSE(nil, evID+"."+strconv.Itoa(n), m.Data)); err != nil || w.Flush() != nil {
-					return i
-				}
-				open = noteQuestion(open, taskID, m.Data)
-			}
-			return len(msgs)
-		}
-		t, out, err := h.waitTerminal(ctx, owner, taskID, keep, deliver)
-		if err != nil && len(open) > 0 {
-			// The stream ends before the task: questions it carried that
-			// are still unanswered go to the owner's next stream.
-			h.redeliverOpen(owner, open)
-		}
-		var buf []byte
-		switch {
-		case err == nil:
-			buf = appendOutcome(nil, id, t, out)
-			outcome = answerOutcome(t, out)
-		case errors.Is(err, taskstore.ErrNotFound):
-			buf = appendErrorResponse(nil, id, codeInvalidParams, msgTaskNotFound)
-			outcome = "rpc_error"
-		case errors.Is(err, errClientGone), left.Load():
-			outcome = outcomeClientGone
-			return
-		case ctx.Err() != nil:
-			outcome = "shutdown"
-			return // shutting down: the client resumes on another replica
-		default:
-			buf = appendErrorResponse(nil, id, codeInternalError, msgStoreUnavailable)
-			outcome = "store_unavailable"
-		}
-		_, _ = w.Write(appendSSE(nil, evID, buf))
-		_ = w.Flush()
+		outcome = body(ctx, w, evID, &left)
 	})
+}
+
+// resultStreamBody waits through the store for the task's end, marked as
+// its listener, delivering its queued messages as they come, and ends the
+// stream with the result. It returns the request's outcome.
+func (h *Handler) resultStreamBody(ctx context.Context, w *bufio.Writer, evID string, id []byte, owner, taskID string, left *atomic.Bool) string {
+	listen := func(ttl time.Duration) {
+		sctx, c := context.WithTimeout(context.Background(), h.cfg.StoreTimeout)
+		_ = h.store.SetListening(sctx, owner, taskID, ttl)
+		c()
+	}
+	listen(listeningTTLKeepAlive * h.cfg.KeepAlive)
+	defer listen(0)
+	keep := func() bool {
+		listen(listeningTTLKeepAlive * h.cfg.KeepAlive)
+		_, err := w.WriteString(": keep-alive\n\n")
+		return err == nil && w.Flush() == nil
+	}
+	n := 0
+	var open []openQuestion
+	deliver := func(msgs []taskstore.Message) int {
+		for i, m := range msgs {
+			n++
+			if _, err := w.Write(appendSSE(nil, evID+"."+strconv.Itoa(n), m.Data)); err != nil || w.Flush() != nil {
+				return i
+			}
+			open = noteQuestion(open, taskID, m.Data)
+		}
+		return len(msgs)
+	}
+	t, out, err := h.waitTerminal(ctx, owner, taskID, keep, deliver)
+	if err != nil && len(open) > 0 {
+		// The stream ends before the task: questions it carried that
+		// are still unanswered go to the owner's next stream.
+		h.redeliverOpen(owner, open)
+	}
+	var buf []byte
+	outcome := ""
+	switch {
+	case err == nil:
+		buf = appendOutcome(nil, id, t, out)
+		outcome = answerOutcome(t, out)
+	case errors.Is(err, taskstore.ErrNotFound):
+		buf = appendErrorResponse(nil, id, codeInvalidParams, msgTaskNotFound)
+		outcome = "rpc_error"
+	case errors.Is(err, errClientGone), left.Load():
+		return outcomeClientGone
+	case ctx.Err() != nil:
+		return "shutdown" // shutting down: the client resumes on another replica
+	default:
+		buf = appendErrorResponse(nil, id, codeInternalError, msgStoreUnavailable)
+		outcome = "store_unavailable"
+	}
+	_, _ = w.Write(appendSSE(nil, evID, buf))
+	_ = w.Flush()
+	return outcome
 }
 
 // resumeRetryMs is the SSE retry hint on tasks/result streams.
@@ -800,6 +1003,42 @@ func (h *Handler) localSettled(ctx context.Context, owner, taskID string) (*task
 		}
 	}
 }
+
+// holdYoungGet serves a tasks/get of a call that runs in this process and
+// started less than holdYoungFor ago: it waits up to pollStart (getHold) for the call
+// to end and then returns the terminal task the runner stored, so a client
+// polling a short call learns of its end in this answer instead of after a
+// pollInterval and another poll. It returns nil (the caller reads the
+// store) when the call is not local, older, still running after the wait,
+// or when the runner stored no outcome.
+func (h *Handler) holdYoungGet(owner, taskID string) *taskstore.Task {
+	j := h.localJob(owner, taskID)
+	if j == nil || time.Since(j.t.CreatedAt) >= holdYoungFor {
+		return nil
+	}
+	select {
+	case <-j.settled:
+	default:
+		tm := time.NewTimer(h.getHold)
+		defer tm.Stop()
+		select {
+		case <-j.settled:
+		case <-tm.C:
+			return nil
+		case <-h.root.Done():
+			return nil
+		}
+	}
+	if t := j.finalTask; t != nil && time.Now().Before(t.ExpiresAt()) {
+		return t
+	}
+	return nil
+}
+
+// holdYoungFor is the age below which a tasks/get of a local call waits
+// for its end (holdYoungGet): the time the reported pollInterval stays
+// near pollStart.
+const holdYoungFor = pollGrowth * pollStart
 
 // localJob returns the job running taskID in this process if it belongs to
 // owner (else nil: the store path answers a foreign id exactly as an
