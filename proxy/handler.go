@@ -217,7 +217,7 @@ type Handler struct {
 	runnersIdle    atomic.Int32
 	root           context.Context
 	cancel         context.CancelFunc
-	wg             sync.WaitGroup // runners and result streams
+	wg             lifeGroup      // runners and result streams (Add may race with Close's Wait)
 	bg             sync.WaitGroup // housekeeping loops
 	closed         atomic.Bool
 }

@@ -109,8 +109,7 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 	h.taskEvent("created", tool)
 	h.log.Info().Str(logTaskID, id).Str(logOwner, owner).Str(logTool, tool).Str("wire", wire2026.ProtocolVersion).
 		Dur("ttl", t.TTL).Msg("task created")
-	j := newJob(t, req, st, "", "")
-	j.log = h.log.With().Str(logTaskID, t.ID).Str(logTool, t.Tool).Logger() // the runner logs with it too
+	j := newJob(h.root, &h.log, t, req, st, "", "")
 	j.modern = mj
 	h.jobs.Store(t.ID, j)
 	h.startJob(j)
