@@ -568,7 +568,7 @@ func TestBridgeOlderUpstream(t *testing.T) {
 	}
 }
 
-// DESIGN decision 4: two taskgates on one Redis (same --owner-key) in front
+// Any replica answers any task (all task state lives in the store): two taskgates on one Redis (same --owner-key) in front
 // of one upstream: a task created on A is read, awaited, listed and
 // cancelled through B; B's cancel stops the call A runs.
 func TestTwoReplicasShareRedis(t *testing.T) {

@@ -77,6 +77,5 @@
 // Handler is safe for concurrent use; Close stops it. No fasthttp
 // RequestCtx is touched after its handler returns: fasthttp reuses its
 // buffers at once, a RequestCtx belongs to one goroutine, and a gone client
-// shows only as a failed write of a stream writer:
-// stream writers get copies of what they need.
+// shows only as a failed write of a stream writer. Stream writers get copies of what they need.
 package proxy

@@ -49,7 +49,9 @@ type Config struct {
 	// Default 1h.
 	StreamMaxLifetime time.Duration
 	// UpstreamIdleConn is how long an idle upstream keep-alive connection is
-	// kept; keep it below the upstream's own idle limit (STYLE pitfall 13).
+	// kept; keep it below the upstream's own idle limit: a request written on a
+	// connection the upstream is closing fails although the upstream never
+	// saw it.
 	// Default 3s.
 	UpstreamIdleConn time.Duration
 	// DialTimeout bounds connecting to the upstream. Default 5s.
@@ -323,7 +325,8 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 		MaxConns:                      4096,
 		Dial:                          h.dialIdle,
 		// Never replay a request that may have reached the upstream
-		// (STYLE pitfall 13); fasthttp only retries idempotent methods.
+		// (a tools/call must not run twice); fasthttp only retries idempotent
+		// methods.
 		MaxIdemponentCallAttempts: 1,
 	}
 	h.w26 = newModernWire(h)
@@ -444,7 +447,7 @@ func (h *Handler) dialSocket(ctx context.Context) (net.Conn, error) {
 
 // dialIdle dials the upstream and wraps the connection so that every read
 // waits at most StreamIdleTimeout (fasthttp's own ReadTimeout would cover
-// the whole body and cut long SSE streams: STYLE pitfall 5). addr is
+// the whole body and cut long SSE streams). addr is
 // ignored: there is one upstream (it is HostClient.Dial's signature). The
 // dial is bounded by DialTimeout, not by the handler's life: messages to
 // the upstream at shutdown (notifications/cancelled) still need one.

@@ -39,7 +39,7 @@ type upstream struct {
 
 // newUpstream serves handler on an in-memory listener, or on loopback TCP
 // when tcp is set (deadline tests: in-memory pipes apply write deadlines only
-// to blocked writes, STYLE rule 20).
+// to blocked writes).
 func newUpstream(tb testing.TB, tcp bool, handler fasthttp.RequestHandler) *upstream {
 	tb.Helper()
 	u := &upstream{closing: make(chan struct{})}

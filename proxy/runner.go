@@ -467,8 +467,8 @@ const drainWait = 200 * time.Millisecond
 
 // roundTrip sends req on a pooled (or new) connection and returns the
 // response with its body as a stream. A pooled connection is used only
-// while younger than UpstreamIdleConn (below the upstream's idle limit,
-// STYLE pitfall 13); a request is never replayed.
+// while younger than UpstreamIdleConn (below the upstream's idle limit, so
+// the upstream is not closing it as we write); a request is never replayed.
 func (h *Handler) roundTrip(ctx context.Context, req *fasthttp.Request) (*upstreamCall, error) {
 	c := h.bgPool.get()
 	if c == nil {
@@ -754,9 +754,10 @@ func (h *Handler) onUpstreamMessage(ctx context.Context, j *job, msg []byte) (ca
 	return callResult{}, false
 }
 
-// classify maps the upstream's final message to a status (DESIGN decision
-// 7): a JSON-RPC error or a result with isError:true is failed (T-24, Q-03),
-// anything else completed. The outcome is kept raw.
+// classify maps the upstream's final message to a status on the
+// 2025-11-25 wire: a JSON-RPC error or a result with isError:true is
+// failed (T-24, Q-03), anything else completed. The outcome itself is kept
+// raw, so the other wire can render it its own way.
 func classify(msg []byte) callResult {
 	vals, err := members(msg, "result", "error")
 	if err != nil {

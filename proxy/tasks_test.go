@@ -888,7 +888,7 @@ defaults:
 	pollUntil(t, 5*time.Second, func() bool { _, c, _ := e.up.snapshot(); return len(c) == 1 }, "the upstream cancel")
 }
 
-// DESIGN decision 5: a task whose runner vanished is failed by lease
+// A running task has a lease: a task whose runner vanished is failed by lease
 // recovery with a clear statusMessage.
 func TestLeaseRecovery(t *testing.T) {
 	e := newTaskEnv(t, "", Config{Lease: 100 * time.Millisecond})
