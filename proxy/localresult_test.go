@@ -196,3 +196,35 @@ func TestTaskGetHoldsYoungLocalCall(t *testing.T) {
 		t.Errorf("tasks/get after the end = %+v, want completed", wt)
 	}
 }
+
+// An owner that has spent more than half of its rate-limit burst is told
+// the policy's pollInterval, not a young task's short one, so a client
+// that follows pollInterval for many tasks at once slows down before the
+// limiter refuses it.
+func TestPollIntervalBacksOffNearTheRateLimit(t *testing.T) {
+	e := newTaskEnv(t, "", Config{TaskRate: 0.001, TaskBurst: 10})
+	task := e.createTask(alice, "block", `{}`, `{}`) // 1 of 10 tokens
+	if task.PollInterval != pollStart.Milliseconds() {
+		t.Fatalf("young task's pollInterval %d ms, want %d", task.PollInterval, pollStart.Milliseconds())
+	}
+	var polls []int64
+	for range 6 { // tokens left after each: 8 7 6 5 4 3
+		wt, r := e.get(alice, task.TaskID)
+		if r.Error != nil {
+			t.Fatalf("tasks/get within the burst: %s", r.raw)
+		}
+		polls = append(polls, wt.PollInterval)
+	}
+	young, thrifty := polls[:3], polls[4:] // 8, 7, 6 left vs 4, 3 left
+	for i, p := range young {
+		if p >= 1000 {
+			t.Errorf("poll %d (budget above half): pollInterval %d ms, want the young task's short one", i, p)
+		}
+	}
+	for i, p := range thrifty {
+		if p < 1000 {
+			t.Errorf("poll %d (budget below half): pollInterval %d ms, want the policy's (>= 1 s)", i+4, p)
+		}
+	}
+	e.call(alice, 1, "tasks/cancel", fmt.Sprintf(`{"taskId":%q}`, task.TaskID))
+}

@@ -58,6 +58,25 @@ func (l *rateLimiter) allow(owner string, cost float64) (bool, time.Duration) {
 	return true, 0
 }
 
+// low reports whether owner has less than half of its burst left (as of
+// its last operation). Always false when the limiter is off.
+func (l *rateLimiter) low(owner string) bool {
+	if l == nil || l.rate <= 0 {
+		return false
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.cur[owner]
+	if b == nil {
+		b = l.old[owner]
+	}
+	if b == nil {
+		return false
+	}
+	tokens := min(l.burst, b.tokens+l.now().Sub(b.last).Seconds()*l.rate)
+	return tokens < l.burst/2
+}
+
 // charge takes extra tokens after the fact (a miss), never blocking.
 func (l *rateLimiter) charge(owner string, cost float64) {
 	if l == nil || l.rate <= 0 {

@@ -225,7 +225,7 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 
 	res := make([]byte, 0, 256)
 	res = append(res, `{"task":`...)
-	res = appendTask(res, t)
+	res = appendTaskPolled(res, t, h.limiter.low(owner))
 	res = append(res, '}')
 	h.rpcResult(rc, env.id, res)
 }
@@ -274,7 +274,7 @@ func (h *Handler) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 	switch env.method {
 	case methodTasksGet:
 		if t := h.holdYoungGet(owner, taskID); t != nil {
-			h.rpcResult(rc, env.id, appendTask(make([]byte, 0, 256), t))
+			h.rpcResult(rc, env.id, appendTaskPolled(make([]byte, 0, 256), t, h.limiter.low(owner)))
 			return
 		}
 		t, err := h.store.Get(ctx, owner, taskID)
@@ -282,7 +282,7 @@ func (h *Handler) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 			h.storeError(rc, info, env.id, err)
 			return
 		}
-		h.rpcResult(rc, env.id, appendTask(make([]byte, 0, 256), t))
+		h.rpcResult(rc, env.id, appendTaskPolled(make([]byte, 0, 256), t, h.limiter.low(owner)))
 	case methodTasksCancel:
 		t, err := h.store.Cancel(ctx, owner, taskID, "cancelled by the client")
 		if errors.Is(err, taskstore.ErrTerminal) {
@@ -410,6 +410,13 @@ func (h *Handler) storeError(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, 
 
 // appendTask appends the wire form of t (the flat Task of the schema).
 func appendTask(dst []byte, t *taskstore.Task) []byte {
+	return appendTaskPolled(dst, t, false)
+}
+
+// appendTaskPolled is appendTask; with thrifty set, a running task reports
+// the policy's pollInterval instead of the short one of a young task (see
+// reportedPollInterval), for owners whose rate-limit budget runs low.
+func appendTaskPolled(dst []byte, t *taskstore.Task, thrifty bool) []byte {
 	dst = append(dst, `{"taskId":`...)
 	dst = appendJSONString(dst, t.ID)
 	dst = append(dst, `,"status":"`...)
@@ -427,7 +434,11 @@ func appendTask(dst []byte, t *taskstore.Task) []byte {
 	dst = strconv.AppendInt(dst, t.TTL.Milliseconds(), 10)
 	if t.PollInterval > 0 {
 		dst = append(dst, `,"pollInterval":`...)
-		dst = strconv.AppendInt(dst, reportedPollInterval(t, time.Now()).Milliseconds(), 10)
+		poll := t.PollInterval
+		if !thrifty {
+			poll = reportedPollInterval(t, time.Now())
+		}
+		dst = strconv.AppendInt(dst, poll.Milliseconds(), 10)
 	}
 	return append(dst, '}')
 }
@@ -439,6 +450,10 @@ func appendTask(dst []byte, t *taskstore.Task) []byte {
 // most about 1/pollGrowth of its age late (a 3 s call: 80 ms), while a
 // call that runs for minutes is polled no more often than the policy says.
 // A terminal task reports the policy's value (nothing is left to poll).
+// An owner that has spent more than half of its rate-limit burst is told
+// the policy's value too: a client that follows the short intervals of
+// many young tasks at once would otherwise run into the rate limit
+// (rateLimiter.low).
 const (
 	pollStart  = 5 * time.Millisecond
 	pollGrowth = 40
