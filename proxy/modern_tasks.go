@@ -87,23 +87,7 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 	}
 	req.SetBody(appendCallBody(nil, t.UpstreamID, params))
 
-	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
-	err = h.store.Create(ctx, t, taskstore.CreateOptions{MaxPerOwner: max(h.cfg.MaxTasksPerOwner, 0), Lease: h.cfg.Lease})
-	cancel()
-	if err != nil {
-		mj.release()
-		h.tools.release(tool)
-		fasthttp.ReleaseRequest(req)
-		h.taskEvent("refused", tool)
-		switch {
-		case errors.Is(err, taskstore.ErrOwnerLimit):
-			h.rpcError(rc, info, env.id, newRPCError(codeInternalError, fmt.Sprintf(
-				"taskgate: too many unfinished tasks for this caller (limit %d); wait for some to finish", h.cfg.MaxTasksPerOwner)))
-		default:
-			h.log.Error().Err(err).Str(logTool, tool).Msg("creating a task failed")
-			h.rpcError(rc, info, env.id, newRPCError(codeInternalError, msgStoreUnavailable))
-			h.abandonCreate(t)
-		}
+	if !h.storeTask(rc, info, env, t, tool, req, mj.release) {
 		return
 	}
 	h.taskEvent("created", tool)

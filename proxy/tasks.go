@@ -197,22 +197,7 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 	body = append(body, '}')
 	req.SetBody(body)
 
-	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
-	err = h.store.Create(ctx, t, taskstore.CreateOptions{MaxPerOwner: max(h.cfg.MaxTasksPerOwner, 0), Lease: leaseTTL(h.cfg.Lease)})
-	cancel()
-	if err != nil {
-		h.tools.release(tool)
-		fasthttp.ReleaseRequest(req)
-		h.taskEvent("refused", tool)
-		switch {
-		case errors.Is(err, taskstore.ErrOwnerLimit):
-			h.rpcError(rc, info, env.id, newRPCError(codeInternalError, fmt.Sprintf(
-				"taskgate: too many unfinished tasks for this caller (limit %d); wait for some to finish", h.cfg.MaxTasksPerOwner)))
-		default:
-			h.log.Error().Err(err).Str(logTool, tool).Msg("creating a task failed")
-			h.rpcError(rc, info, env.id, newRPCError(codeInternalError, msgStoreUnavailable))
-			h.abandonCreate(t)
-		}
+	if !h.storeTask(rc, info, env, t, tool, req, nil) {
 		return
 	}
 	h.taskEvent("created", tool)
@@ -228,6 +213,36 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 	res = appendTaskPolled(res, t, h.limiter.low(owner))
 	res = append(res, '}')
 	h.rpcResult(rc, env.id, res)
+}
+
+// storeTask durably creates t, the task of a tools/call to tool whose
+// upstream request is req, with the runner's first lease (both wires).
+// When that fails it frees what the call held (release, if set; the tool's
+// concurrency slot; req), answers the client with the reason and returns
+// false.
+func (h *Handler) storeTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, t *taskstore.Task, tool string, req *fasthttp.Request, release func()) bool {
+	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
+	err := h.store.Create(ctx, t, taskstore.CreateOptions{MaxPerOwner: max(h.cfg.MaxTasksPerOwner, 0), Lease: leaseTTL(h.cfg.Lease)})
+	cancel()
+	if err == nil {
+		return true
+	}
+	if release != nil {
+		release()
+	}
+	h.tools.release(tool)
+	fasthttp.ReleaseRequest(req)
+	h.taskEvent("refused", tool)
+	switch {
+	case errors.Is(err, taskstore.ErrOwnerLimit):
+		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, fmt.Sprintf(
+			"taskgate: too many unfinished tasks for this caller (limit %d); wait for some to finish", h.cfg.MaxTasksPerOwner)))
+	default:
+		h.log.Error().Err(err).Str(logTool, tool).Msg("creating a task failed")
+		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, msgStoreUnavailable))
+		h.abandonCreate(t)
+	}
+	return false
 }
 
 // abandonCreate fails a task whose Create timed out: the script may have
