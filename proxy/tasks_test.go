@@ -97,6 +97,9 @@ func newTaskEnvOn(t *testing.T, pol *policy.Policy, cfg Config, wrap func(taskst
 		defer cancel()
 		_ = h.Close(ctx)
 		_ = srv.Shutdown()
+		// Shutdown before Serve has taken the listener returns at once and
+		// leaves Serve to block in Accept: closing the listener ends it.
+		_ = ln.Close()
 		closeStore()
 	})
 	return &taskEnv{t: t, up: up, h: h, store: store,
