@@ -199,6 +199,7 @@ type Handler struct {
 	relayBufs sync.Pool
 	endWait   time.Duration // relay's wait for the end of an SSE answer (endWait; tests change it)
 	getHold   time.Duration // tasks/get's wait for a young local call (pollStart; tests change it)
+	holdYoung time.Duration // the age below which a local call counts as young (holdYoungFor; tests change it)
 	// jobs holds this process's running task calls by task id, so a
 	// tasks/result waiting here on a call running here wakes when the
 	// runner settles it instead of through a Redis subscription.
@@ -305,7 +306,7 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 	h.passPool = connPool{max: 1024, maxIdle: cfg.UpstreamIdleConn}
 	h.relayBufs.New = func() any { b := make([]byte, 16<<10); return &b }
 	h.endWait = endWait
-	h.getHold = pollStart
+	h.getHold, h.holdYoung = pollStart, holdYoungFor
 	h.limiter = newRateLimiter(cfg.TaskRate, cfg.TaskBurst, 65536)
 	// The root's cause reaches every running call (their contexts derive
 	// from it): context.Cause tells a shutdown from a client's cancel.

@@ -174,7 +174,8 @@ func TestReportedPollInterval(t *testing.T) {
 // client polling a short call needs no second poll.
 func TestTaskGetHoldsYoungLocalCall(t *testing.T) {
 	e, cs := countingEnv(t, Config{})
-	e.h.getHold = time.Minute // the test releases the call while the get waits
+	e.h.getHold = time.Minute   // the test releases the call while the get waits
+	e.h.holdYoung = time.Minute // a loaded machine may take longer than holdYoungFor to get here
 	task := e.createTask(alice, "block", `{}`, `{}`)
 	pollUntil(t, 5*time.Second, func() bool { return e.up.toolCalls() == 1 }, "the upstream call")
 	before := cs.callsExcept("Recover")

@@ -1043,7 +1043,7 @@ func (h *Handler) localSettled(ctx context.Context, owner, taskID string) (*task
 // or when the runner stored no outcome.
 func (h *Handler) holdYoungGet(owner, taskID string) *taskstore.Task {
 	j := h.localJob(owner, taskID)
-	if j == nil || time.Since(j.t.CreatedAt) >= holdYoungFor {
+	if j == nil || time.Since(j.t.CreatedAt) >= h.holdYoung {
 		return nil
 	}
 	select {
