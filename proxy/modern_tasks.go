@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -49,17 +48,8 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid tools/call params: "+err.Error()))
 		return
 	}
-	if !h.tools.acquire(tool, st.MaxConcurrent) {
-		h.taskEvent("refused", tool)
-		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, fmt.Sprintf(
-			"taskgate: tool %q already runs %d task calls here (policy maxConcurrent); retry later", tool, st.MaxConcurrent)))
-		return
-	}
-	id, err1 := taskstore.NewID()
-	upNonce, err2 := taskstore.NewID()
-	if err := errors.Join(err1, err2); err != nil {
-		h.tools.release(tool)
-		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, "taskgate: generating a task id failed"))
+	id, upNonce, ok := h.reserveTaskCall(rc, info, env, tool, st)
+	if !ok {
 		return
 	}
 	now := time.Now().UTC().Truncate(time.Millisecond)

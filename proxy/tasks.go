@@ -148,19 +148,8 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 	if !h.allowTaskOp(rc, info, env.id, owner) {
 		return
 	}
-	if !h.tools.acquire(tool, st.MaxConcurrent) {
-		h.taskEvent("refused", tool)
-		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, fmt.Sprintf(
-			"taskgate: tool %q already runs %d task calls here (policy maxConcurrent); retry later", tool, st.MaxConcurrent)))
-		return
-	}
-	// The upstream id is random and separate from the task id, which the
-	// client knows (P-07, E-45).
-	id, err1 := taskstore.NewID()
-	upNonce, err2 := taskstore.NewID()
-	if err := errors.Join(err1, err2); err != nil {
-		h.tools.release(tool)
-		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, "taskgate: generating a task id failed"))
+	id, upNonce, ok := h.reserveTaskCall(rc, info, env, tool, st)
+	if !ok {
 		return
 	}
 	// The task's messages go to any stream of its owner (sessions.go); the
@@ -213,6 +202,28 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 	res = appendTaskPolled(res, t, h.limiter.low(owner))
 	res = append(res, '}')
 	h.rpcResult(rc, env.id, res)
+}
+
+// reserveTaskCall takes one of tool's concurrency slots (policy
+// maxConcurrent) and makes the new task's id and the random id of its
+// upstream request, which is separate from the task id the client knows
+// (P-07, E-45). Both wires call it. When either fails it answers the client
+// and returns ok false, holding nothing.
+func (h *Handler) reserveTaskCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, tool string, st policy.Settings) (id, upNonce string, ok bool) {
+	if !h.tools.acquire(tool, st.MaxConcurrent) {
+		h.taskEvent("refused", tool)
+		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, fmt.Sprintf(
+			"taskgate: tool %q already runs %d task calls here (policy maxConcurrent); retry later", tool, st.MaxConcurrent)))
+		return "", "", false
+	}
+	id, err1 := taskstore.NewID()
+	upNonce, err2 := taskstore.NewID()
+	if err := errors.Join(err1, err2); err != nil {
+		h.tools.release(tool)
+		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, "taskgate: generating a task id failed"))
+		return "", "", false
+	}
+	return id, upNonce, true
 }
 
 // storeTask durably creates t, the task of a tools/call to tool whose
