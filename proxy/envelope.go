@@ -3,7 +3,8 @@ package proxy
 import (
 	"bytes"
 	"errors"
-	"strings"
+
+	"github.com/taskgate/taskgate/proxy/jsonx"
 )
 
 // JSON-RPC methods taskgate looks at. Everything else passes through.
@@ -22,10 +23,10 @@ const (
 
 // Envelope errors. A syntax error is a JSON-RPC parse error (-32700); the
 // others make the message an invalid request (-32600).
+// Syntax errors (jsonx.ErrSyntax, ErrTooDeep, ErrTrailing) and the
+// member-rule errors (jsonx.ErrNotObject, ErrDupMember, ErrOddMember) come
+// from jsonx.
 var (
-	errNotObject   = errors.New("a JSON-RPC message must be a JSON object")
-	errDupMember   = errors.New("duplicate member")
-	errOddMember   = errors.New("member name differs from a JSON-RPC member only in case")
 	errBadVersion  = errors.New(`"jsonrpc" must be "2.0"`)
 	errBadMethod   = errors.New(`"method" must be a string`)
 	errBadID       = errors.New(`"id" must be a string or an integer`)
@@ -57,69 +58,56 @@ var envelopeMembers = [...]string{"jsonrpc", "id", "method", "params", "result",
 // member names, no duplicates, id kept raw, params not decoded. The whole
 // body must be valid JSON.
 func parseEnvelope(b []byte) (envelope, error) {
-	s := scanner{b: b}
-	s.ws()
-	if s.i >= len(b) {
-		return envelope{}, errSyntax
+	s := jsonx.Scanner{B: b}
+	s.Space()
+	if s.I >= len(b) {
+		return envelope{}, jsonx.ErrSyntax
 	}
 	var env envelope
 	var err error
-	switch b[s.i] {
+	switch b[s.I] {
 	case '{':
 		env, err = parseMessage(&s)
 	case '[':
 		env, err = parseBatch(&s)
 	default:
-		if _, verr := s.value(); verr != nil {
+		if _, verr := s.Value(); verr != nil {
 			return envelope{}, verr
 		}
-		err = errNotObject
+		err = jsonx.ErrNotObject
 	}
 	if err != nil {
-		if !errors.Is(err, errSyntax) && !errors.Is(err, errTooDeep) {
+		if !errors.Is(err, jsonx.ErrSyntax) && !errors.Is(err, jsonx.ErrTooDeep) {
 			// A refused message may stop reading early (a batch's bad
 			// element, a non-object value): syntax errors in the rest
 			// still win, so malformed JSON is always a parse error.
-			if verr := validJSON(b); verr != nil {
+			if verr := jsonx.Valid(b); verr != nil {
 				return envelope{}, verr
 			}
 		}
 		return envelope{}, err
 	}
-	s.ws()
-	if s.i != len(b) {
-		return envelope{}, errTrailing
+	s.Space()
+	if s.I != len(b) {
+		return envelope{}, jsonx.ErrTrailing
 	}
 	return env, nil
 }
 
-// validJSON reports the syntax error of b as one JSON text, or nil.
-func validJSON(b []byte) error {
-	s := scanner{b: b}
-	if _, err := s.value(); err != nil {
-		return err
-	}
-	s.ws()
-	if s.i != len(b) {
-		return errTrailing
-	}
-	return nil
-}
-
-func parseBatch(s *scanner) (envelope, error) {
+func parseBatch(s *jsonx.Scanner) (envelope, error) {
 	var env envelope
-	s.i++ // [
-	s.ws()
-	if s.i < len(s.b) && s.b[s.i] == ']' {
-		s.i++
+	s.I++ // [
+	s.Space()
+	if s.I < len(s.B) && s.B[s.I] == ']' {
+		s.I++
 		return env, errEmptyBatch
 	}
 	for {
-		s.ws()
-		if s.i >= len(s.b) {
-			return env, errSyntax
+		s.Space()
+		if s.I >= len(s.B) {
+			return env, jsonx.ErrSyntax
 		}
-		switch s.b[s.i] {
+		switch s.B[s.I] {
 		case '{':
 			el, err := parseMessage(s)
 			if err != nil {
@@ -127,40 +115,40 @@ func parseBatch(s *scanner) (envelope, error) {
 			}
 			env.batch = append(env.batch, el)
 		case '[':
-			if _, err := s.value(); err != nil {
+			if _, err := s.Value(); err != nil {
 				return env, err
 			}
 			return env, errNestedBatch
 		default:
-			if _, err := s.value(); err != nil {
+			if _, err := s.Value(); err != nil {
 				return env, err
 			}
-			return env, errNotObject
+			return env, jsonx.ErrNotObject
 		}
-		s.ws()
-		if s.i >= len(s.b) {
-			return env, errSyntax
+		s.Space()
+		if s.I >= len(s.B) {
+			return env, jsonx.ErrSyntax
 		}
-		switch s.b[s.i] {
+		switch s.B[s.I] {
 		case ',':
-			s.i++
+			s.I++
 		case ']':
-			s.i++
+			s.I++
 			return env, nil
 		default:
-			return env, errSyntax
+			return env, jsonx.ErrSyntax
 		}
 	}
 }
 
-func parseMessage(s *scanner) (envelope, error) {
+func parseMessage(s *jsonx.Scanner) (envelope, error) {
 	var env envelope
 	var seen [len(envelopeMembers)]bool
 	var semantic error // first non-syntax error; syntax errors win
-	err := s.object(func(key []byte, escaped bool, val []byte) error {
-		name, ok := unquoteBytes(key, escaped)
+	err := s.Object(func(key []byte, escaped bool, val []byte) error {
+		name, ok := jsonx.UnquoteBytes(key, escaped)
 		if !ok {
-			return errSyntax
+			return jsonx.ErrSyntax
 		}
 		idx := -1
 		for i, m := range envelopeMembers {
@@ -168,8 +156,8 @@ func parseMessage(s *scanner) (envelope, error) {
 				idx = i
 				break
 			}
-			if semantic == nil && foldsTo(name, m) {
-				semantic = errOddMember
+			if semantic == nil && jsonx.FoldsTo(name, m) {
+				semantic = jsonx.ErrOddMember
 			}
 		}
 		if idx < 0 {
@@ -177,7 +165,7 @@ func parseMessage(s *scanner) (envelope, error) {
 		}
 		if seen[idx] {
 			if semantic == nil {
-				semantic = errDupMember
+				semantic = jsonx.ErrDupMember
 			}
 			return nil
 		}
@@ -199,11 +187,11 @@ func parseMessage(s *scanner) (envelope, error) {
 				}
 				return nil
 			}
-			ss := scanner{b: val}
-			content, esc, _ := ss.str()
-			m, ok := unquoteBytes(content, esc)
+			ss := jsonx.Scanner{B: val}
+			content, esc, _ := ss.Str()
+			m, ok := jsonx.UnquoteBytes(content, esc)
 			if !ok {
-				return errSyntax
+				return jsonx.ErrSyntax
 			}
 			env.method = internMethod(m)
 		case "params":
@@ -244,14 +232,6 @@ func validID(v []byte) bool {
 	return false
 }
 
-// foldsTo reports whether name equals m under Unicode case folding (as
-// encoding/json struct decoding matches keys). A rune folding to an ASCII
-// letter takes at most 3 bytes (K, the Kelvin sign), so longer names are
-// skipped without converting them.
-func foldsTo(name []byte, m string) bool {
-	return len(name) <= 3*len(m) && strings.EqualFold(string(name), m)
-}
-
 // internMethod returns a constant for the methods the proxy routes on, so
 // that the common case allocates nothing.
 func internMethod(m []byte) string {
@@ -274,94 +254,4 @@ func internMethod(m []byte) string {
 		return methodPing
 	}
 	return string(m)
-}
-
-// members returns the raw values of the named members of a JSON object,
-// exactly matched; a duplicate or a case-variant of a wanted name is an
-// error. Values for absent names are nil.
-func members(obj []byte, names ...string) ([][]byte, error) {
-	s := scanner{b: obj}
-	s.ws()
-	if s.i >= len(obj) || obj[s.i] != '{' {
-		return nil, errNotObject
-	}
-	out := make([][]byte, len(names))
-	var semantic error
-	err := s.object(func(key []byte, escaped bool, val []byte) error {
-		name, ok := unquoteBytes(key, escaped)
-		if !ok {
-			return errSyntax
-		}
-		for i, n := range names {
-			if string(name) == n {
-				if out[i] != nil && semantic == nil {
-					semantic = errDupMember
-				}
-				out[i] = val
-				return nil
-			}
-			if semantic == nil && foldsTo(name, n) {
-				semantic = errOddMember
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, semantic
-}
-
-// setMember returns a copy of the JSON object obj with member key set to
-// val (replacing an existing member of that exact name, else appended).
-// obj must be a valid object; key must not need escaping.
-func setMember(obj []byte, key string, val []byte) ([]byte, error) {
-	return editObject(obj, key, val, false)
-}
-
-// deleteMember returns a copy of obj without member key.
-func deleteMember(obj []byte, key string) ([]byte, error) {
-	return editObject(obj, key, nil, true)
-}
-
-func editObject(obj []byte, key string, val []byte, del bool) ([]byte, error) {
-	s := scanner{b: obj}
-	s.ws()
-	if s.i >= len(obj) || obj[s.i] != '{' {
-		return nil, errNotObject
-	}
-	out := make([]byte, 0, len(obj)+len(key)+len(val)+4)
-	out = append(out, '{')
-	emit := func(k, v []byte) {
-		if len(out) > 1 {
-			out = append(out, ',')
-		}
-		out = append(out, '"')
-		out = append(out, k...)
-		out = append(out, '"', ':')
-		out = append(out, v...)
-	}
-	replaced := false
-	err := s.object(func(k []byte, escaped bool, v []byte) error {
-		name, ok := unquoteBytes(k, escaped)
-		if !ok {
-			return errSyntax
-		}
-		if string(name) == key {
-			if del || replaced {
-				return nil
-			}
-			replaced = true
-			v = val
-		}
-		emit(k, v)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	if !replaced && !del {
-		emit([]byte(key), val)
-	}
-	return append(out, '}'), nil
 }

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/taskgate/taskgate/proxy/jsonx"
 )
 
 // FuzzParseEnvelope: the parser never panics; syntax errors
@@ -38,7 +40,7 @@ func FuzzParseEnvelope(f *testing.F) {
 		`[[]]`,
 		`[1,{"jsonrpc":"2.0","method":"x"}]`,
 		`{"jsonrpc":"2.0","id":1,"method":"x","params":{"s":"` + strings.Repeat("x", 4<<10) + `"}}`,
-		`{"jsonrpc":"2.0","method":"x","params":` + strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1) + `}`,
+		`{"jsonrpc":"2.0","method":"x","params":` + strings.Repeat("[", jsonx.MaxDepth+1) + strings.Repeat("]", jsonx.MaxDepth+1) + `}`,
 		`{"jsonrpc":"2.0","id":-0,"method":"x"} `,
 		`{"jsonrpc":"2.0","id":1e2,"method":"x"}`,
 	} {
@@ -52,9 +54,9 @@ func FuzzParseEnvelope(f *testing.F) {
 		}
 		valid := json.Valid(b)
 		switch {
-		case errors.Is(err, errTooDeep):
+		case errors.Is(err, jsonx.ErrTooDeep):
 			return
-		case errors.Is(err, errSyntax), errors.Is(err, errTrailing):
+		case errors.Is(err, jsonx.ErrSyntax), errors.Is(err, jsonx.ErrTrailing):
 			if valid {
 				t.Fatalf("parseEnvelope(%q) = %v, but json.Valid accepts it", b, err)
 			}
@@ -122,17 +124,17 @@ func FuzzSetMember(f *testing.F) {
 	f.Add([]byte(` { "A" : [1, {"a":2}] } `), "a", []byte(`[]`))
 	f.Add([]byte(`[]`), "a", []byte(`1`))
 	f.Fuzz(func(t *testing.T, obj []byte, key string, val []byte) {
-		set, serr := setMember(obj, key, val)
-		del, derr := deleteMember(obj, key)
+		set, serr := jsonx.SetMember(obj, key, val)
+		del, derr := jsonx.DeleteMember(obj, key)
 		var in map[string]json.RawMessage
 		if json.Unmarshal(obj, &in) != nil || !json.Valid(val) || !plainKey(key) {
 			return // preconditions of setMember do not hold; only no panic
 		}
-		if errors.Is(serr, errTooDeep) || errors.Is(derr, errTooDeep) {
+		if errors.Is(serr, jsonx.ErrTooDeep) || errors.Is(derr, jsonx.ErrTooDeep) {
 			return
 		}
 		if serr != nil || derr != nil {
-			t.Fatalf("setMember/deleteMember(%q, %q) = %v, %v on a valid object", obj, key, serr, derr)
+			t.Fatalf("setMember/jsonx.DeleteMember(%q, %q) = %v, %v on a valid object", obj, key, serr, derr)
 		}
 		for _, c := range []struct {
 			name string

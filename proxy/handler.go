@@ -22,6 +22,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/taskgate/taskgate/policy"
+	"github.com/taskgate/taskgate/proxy/jsonx"
 	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/taskstore"
 )
@@ -579,7 +580,7 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 	env, err := parseEnvelope(rc.PostBody())
 	if err != nil {
 		code := codeInvalidRequest
-		if errors.Is(err, errSyntax) || errors.Is(err, errTooDeep) || errors.Is(err, errTrailing) {
+		if errors.Is(err, jsonx.ErrSyntax) || errors.Is(err, jsonx.ErrTooDeep) || errors.Is(err, jsonx.ErrTrailing) {
 			code = codeParseError
 		}
 		info.outcome = "malformed"
@@ -932,11 +933,11 @@ func (h *Handler) reservedID(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 	if env.method != notificationCancelled || env.id != nil || env.params == nil {
 		return false
 	}
-	vals, err := members(env.params, "requestId")
+	vals, err := jsonx.Members(env.params, "requestId")
 	if err != nil {
 		return false
 	}
-	if id, ok := unquoteValue(vals[0]); ok && strings.HasPrefix(id, upstreamIDPrefix) {
+	if id, ok := jsonx.UnquoteValue(vals[0]); ok && strings.HasPrefix(id, upstreamIDPrefix) {
 		info.outcome = "ignored"
 		rc.SetStatusCode(fasthttp.StatusAccepted)
 		return true

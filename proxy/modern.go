@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/taskgate/taskgate/policy"
+	"github.com/taskgate/taskgate/proxy/jsonx"
 	"github.com/taskgate/taskgate/proxy/wire2026"
 )
 
@@ -193,16 +194,16 @@ func parseModernMeta(params []byte) (modernMeta, error) {
 	if params == nil {
 		return m, nil
 	}
-	vals, err := members(params, "_meta")
+	vals, err := jsonx.Members(params, "_meta")
 	if err != nil || vals[0] == nil || string(vals[0]) == "null" {
 		return m, err
 	}
-	mv, err := members(vals[0], wire2026.MetaProtocolVersion, wire2026.MetaClientCapabilities)
+	mv, err := jsonx.Members(vals[0], wire2026.MetaProtocolVersion, wire2026.MetaClientCapabilities)
 	if err != nil {
 		return m, err
 	}
 	if mv[0] != nil {
-		v, ok := unquoteValue(mv[0])
+		v, ok := jsonx.UnquoteValue(mv[0])
 		if !ok {
 			return m, errMetaVersion
 		}
@@ -213,7 +214,7 @@ func parseModernMeta(params []byte) (modernMeta, error) {
 			return m, errMetaCaps
 		}
 		m.hasCaps = true
-		cv, err := members(caps, "extensions", "elicitation", "sampling", "roots")
+		cv, err := jsonx.Members(caps, "extensions", "elicitation", "sampling", "roots")
 		if err != nil {
 			return m, err
 		}
@@ -221,7 +222,7 @@ func parseModernMeta(params []byte) (modernMeta, error) {
 		m.sampling = isObject(cv[2])
 		m.roots = isObject(cv[3])
 		if isObject(cv[0]) {
-			ev, err := members(cv[0], wire2026.ExtensionTasks)
+			ev, err := jsonx.Members(cv[0], wire2026.ExtensionTasks)
 			if err != nil {
 				return m, err
 			}
@@ -278,12 +279,12 @@ func (w *modernWire) toolsCall(rc *fasthttp.RequestCtx, info *reqInfo, env *enve
 		w.fail(rc, info, env.id, 400, codeInvalidRequest, "taskgate: tools/call must be a request with params", nil)
 		return
 	}
-	vals, err := members(env.params, "name", "requestState")
+	vals, err := jsonx.Members(env.params, "name", "requestState")
 	if err != nil {
 		w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: invalid tools/call params: "+err.Error(), nil)
 		return
 	}
-	name, ok := unquoteValue(vals[0])
+	name, ok := jsonx.UnquoteValue(vals[0])
 	if !ok {
 		w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: tools/call params.name must be a string", nil)
 		return
@@ -296,7 +297,7 @@ func (w *modernWire) toolsCall(rc *fasthttp.RequestCtx, info *reqInfo, env *enve
 		}
 	}
 	st := w.h.policy().For(name)
-	if state, ok := unquoteValue(vals[1]); ok && strings.HasPrefix(state, requestStatePrefix) {
+	if state, ok := jsonx.UnquoteValue(vals[1]); ok && strings.HasPrefix(state, requestStatePrefix) {
 		w.resumeHeld(rc, info, env, name, state)
 		return
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/taskgate/taskgate/capability"
+	"github.com/taskgate/taskgate/proxy/jsonx"
 )
 
 // sessionVersionTTL is how long a bridged session's upstream version is
@@ -115,8 +116,8 @@ func readAllLimit(r io.Reader, max int) ([]byte, error) {
 func (h *Handler) initialize(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) {
 	requested := ""
 	if env.params != nil {
-		if vals, err := members(env.params, "protocolVersion"); err == nil && vals[0] != nil {
-			requested, _ = unquoteValue(vals[0])
+		if vals, err := jsonx.Members(env.params, "protocolVersion"); err == nil && vals[0] != nil {
+			requested, _ = jsonx.UnquoteValue(vals[0])
 		}
 	}
 	hasAuth := len(rc.Request.Header.Peek(fasthttp.HeaderAuthorization)) > 0
@@ -192,17 +193,4 @@ func (h *Handler) taskSupport(tool string) string {
 // not there (T-11).
 func (h *Handler) tasksActive(hdr *fasthttp.RequestHeader) bool {
 	return string(hdr.Peek(headerProtocolVersion)) == capability.ProtocolVersion
-}
-
-// unquoteValue decodes a raw JSON string value.
-func unquoteValue(v []byte) (string, bool) {
-	if len(v) < 2 || v[0] != '"' {
-		return "", false
-	}
-	s := scanner{b: v}
-	content, esc, err := s.str()
-	if err != nil {
-		return "", false
-	}
-	return unquote(content, esc)
 }

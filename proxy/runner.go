@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/taskgate/taskgate/policy"
+	"github.com/taskgate/taskgate/proxy/jsonx"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
@@ -759,15 +760,15 @@ func (h *Handler) onUpstreamMessage(ctx context.Context, j *job, msg []byte) (ca
 // failed (T-24, Q-03), anything else completed. The outcome itself is kept
 // raw, so the other wire can render it its own way.
 func classify(msg []byte) callResult {
-	vals, err := members(msg, "result", "error")
+	vals, err := jsonx.Members(msg, "result", "error")
 	if err != nil {
 		return internalFailure("upstream answered with a malformed JSON-RPC message")
 	}
 	if e := vals[1]; e != nil {
 		code, text := "", ""
-		if ev, err := members(e, "code", "message"); err == nil {
+		if ev, err := jsonx.Members(e, "code", "message"); err == nil {
 			code = string(ev[0])
-			text, _ = unquoteValue(ev[1])
+			text, _ = jsonx.UnquoteValue(ev[1])
 		}
 		return callResult{status: taskstore.Failed, msg: truncate("upstream returned JSON-RPC error "+code+": "+text, 300),
 			out: taskstore.Outcome{Kind: taskstore.OutcomeError, Raw: e}}
@@ -777,7 +778,7 @@ func classify(msg []byte) callResult {
 		return internalFailure("upstream answered without a result object")
 	}
 	out := taskstore.Outcome{Kind: taskstore.OutcomeResult, Raw: res}
-	rv, err := members(res, "isError", "content")
+	rv, err := jsonx.Members(res, "isError", "content")
 	if err == nil && string(rv[0]) == "true" {
 		return callResult{status: taskstore.Failed, msg: truncate("tool reported an error: "+firstText(rv[1]), 300), out: out}
 	}
@@ -789,20 +790,20 @@ func firstText(content []byte) string {
 	if len(content) == 0 || content[0] != '[' {
 		return ""
 	}
-	s := scanner{b: content, i: 1}
-	s.ws()
-	if s.i >= len(content) || content[s.i] != '{' {
+	s := jsonx.Scanner{B: content, I: 1}
+	s.Space()
+	if s.I >= len(content) || content[s.I] != '{' {
 		return ""
 	}
-	item, err := s.value()
+	item, err := s.Value()
 	if err != nil {
 		return ""
 	}
-	vals, err := members(item, "type", "text")
+	vals, err := jsonx.Members(item, "type", "text")
 	if err != nil || string(vals[0]) != `"text"` {
 		return ""
 	}
-	text, _ := unquoteValue(vals[1])
+	text, _ := jsonx.UnquoteValue(vals[1])
 	return text
 }
 

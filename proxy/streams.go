@@ -11,6 +11,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/taskgate/taskgate/proxy/jsonx"
 	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/taskstore"
 )
@@ -52,7 +53,7 @@ func (h *Handler) sessionKey(sid []byte) string {
 
 // withRelatedTaskParams returns msg with params._meta[related-task] set.
 func withRelatedTaskParams(msg []byte, taskID string) ([]byte, error) {
-	vals, err := members(msg, "params")
+	vals, err := jsonx.Members(msg, "params")
 	if err != nil {
 		return nil, err
 	}
@@ -64,14 +65,14 @@ func withRelatedTaskParams(msg []byte, taskID string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return setMember(msg, "params", params)
+	return jsonx.SetMember(msg, "params", params)
 }
 
 // canonicalID renders a raw JSON-RPC id the same way whoever encoded it:
 // strings are re-encoded after unescaping, numbers kept as written.
 func canonicalID(raw []byte) string {
 	if len(raw) > 0 && raw[0] == '"' {
-		if s, ok := unquoteValue(raw); ok {
+		if s, ok := jsonx.UnquoteValue(raw); ok {
 			return string(appendJSONString(nil, s))
 		}
 	}
@@ -193,11 +194,11 @@ func progressText(params []byte) string {
 	if params == nil {
 		return ""
 	}
-	vals, err := members(params, "message", "progress", "total")
+	vals, err := jsonx.Members(params, "message", "progress", "total")
 	if err != nil {
 		return ""
 	}
-	if m, ok := unquoteValue(vals[0]); ok && m != "" {
+	if m, ok := jsonx.UnquoteValue(vals[0]); ok && m != "" {
 		return truncate(m, 200)
 	}
 	if vals[1] == nil {
