@@ -14,6 +14,7 @@ import (
 
 	"github.com/taskgate/taskgate/capability"
 	"github.com/taskgate/taskgate/proxy/jsonx"
+	"github.com/taskgate/taskgate/proxy/sse"
 	"github.com/taskgate/taskgate/proxy/wire2026"
 )
 
@@ -133,16 +134,16 @@ func (w *modernWire) exchange(ctx context.Context, req *fasthttp.Request, answer
 		x.reuse = err == nil
 		return status, msg, sid, err
 	}
-	r := newSSEReader(body, h.cfg.MaxResultSize)
+	r := sse.NewReader(body, h.cfg.MaxResultSize)
 	for {
-		ev, err := r.next()
-		if ev != nil && len(ev.data) > 0 {
-			env, perr := parseEnvelope(ev.data)
+		ev, err := r.Next()
+		if ev != nil && len(ev.Data) > 0 {
+			env, perr := parseEnvelope(ev.Data)
 			switch {
 			case perr != nil || env.batch != nil:
 			case env.method == "" && (env.hasResult || env.hasError):
 				x.drainEnd(body)
-				return status, append([]byte(nil), ev.data...), sid, nil
+				return status, append([]byte(nil), ev.Data...), sid, nil
 			case env.method != "" && env.id != nil && answerTo != nil:
 				var ans []byte
 				if env.method == methodPing {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/taskgate/taskgate/capability"
 	"github.com/taskgate/taskgate/proxy/jsonx"
+	"github.com/taskgate/taskgate/proxy/sse"
 )
 
 // sessionVersionTTL is how long a bridged session's upstream version is
@@ -37,8 +38,8 @@ func (h *Handler) forwardRewriting(rc *fasthttp.RequestCtx, info *reqInfo, id []
 		return
 	}
 	ct := resp.Header.ContentType()
-	sse := isEventStream(ct)
-	if resp.StatusCode() != fasthttp.StatusOK || (!sse && !isJSON(ct)) {
+	isSSE := isEventStream(ct)
+	if resp.StatusCode() != fasthttp.StatusOK || (!isSSE && !isJSON(ct)) {
 		// Hand the untouched answer (and its stream) to the client.
 		handOver(rc, resp)
 		h.relayResponse(rc)
@@ -49,7 +50,7 @@ func (h *Handler) forwardRewriting(rc *fasthttp.RequestCtx, info *reqInfo, id []
 	stripResponseHopByHop(&rc.Response.Header)
 	rc.Response.Header.ResetConnectionClose()
 	body := resp.BodyStream()
-	if !sse {
+	if !isSSE {
 		msg, err := readAllLimit(body, h.cfg.MaxResultSize)
 		_ = resp.CloseBodyStream()
 		fasthttp.ReleaseResponse(resp)
@@ -66,18 +67,18 @@ func (h *Handler) forwardRewriting(rc *fasthttp.RequestCtx, info *reqInfo, id []
 		defer fasthttp.ReleaseResponse(resp)
 		defer resp.CloseBodyStream() //nolint:errcheck // nothing to do about it
 		deadline := time.Now().Add(lifetime)
-		r := newSSEReader(body, max)
+		r := sse.NewReader(body, max)
 		done := false
 		buf := make([]byte, 0, 1024)
 		for time.Now().Before(deadline) {
-			ev, err := r.next()
+			ev, err := r.Next()
 			if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
 				return
 			}
-			if !done && len(ev.data) > 0 {
-				if env, perr := parseEnvelope(ev.data); perr == nil && env.method == "" && (env.hasResult || env.hasError) {
+			if !done && len(ev.Data) > 0 {
+				if env, perr := parseEnvelope(ev.Data); perr == nil && env.method == "" && (env.hasResult || env.hasError) {
 					done = true
-					buf = appendSSERewritten(buf[:0], ev, rw(ev.data))
+					buf = sse.AppendRewritten(buf[:0], ev, rw(ev.Data))
 					if _, werr := w.Write(buf); werr != nil {
 						return
 					}
@@ -87,7 +88,7 @@ func (h *Handler) forwardRewriting(rc *fasthttp.RequestCtx, info *reqInfo, id []
 					continue
 				}
 			}
-			if _, werr := w.Write(ev.raw); werr != nil || w.Flush() != nil || err != nil {
+			if _, werr := w.Write(ev.Raw); werr != nil || w.Flush() != nil || err != nil {
 				return
 			}
 		}

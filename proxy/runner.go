@@ -19,6 +19,7 @@ import (
 
 	"github.com/taskgate/taskgate/policy"
 	"github.com/taskgate/taskgate/proxy/jsonx"
+	"github.com/taskgate/taskgate/proxy/sse"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
@@ -533,11 +534,6 @@ func newBgConn(c net.Conn) *upConn {
 // bgWriters holds the writers of background requests.
 var bgWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10) }}
 
-// newBgSSEReader reads the SSE answer of a background call.
-func newBgSSEReader(body io.Reader, max int) *sseReader {
-	return &sseReader{br: bufio.NewReaderSize(body, bgReadBuf), max: max}
-}
-
 // connPool keeps idle upstream connections (LIFO). Safe for concurrent use.
 type connPool struct {
 	mu      sync.Mutex
@@ -659,25 +655,25 @@ func (h *Handler) readSSEAnswer(ctx context.Context, j *job, cur *upstreamCall, 
 	var lastID string
 	retry := time.Second
 	for resumes := 0; ; resumes++ {
-		r := newBgSSEReader(body, h.cfg.MaxResultSize)
+		r := sse.NewReaderSize(body, bgReadBuf, h.cfg.MaxResultSize) // the background variant: a small buffer
 		for {
-			ev, err := r.next()
+			ev, err := r.Next()
 			if ev != nil && err == nil {
-				if ev.hasID {
-					lastID = string(ev.id)
+				if ev.HasID {
+					lastID = string(ev.ID)
 				}
-				if ev.retry >= 0 {
-					retry = time.Duration(ev.retry) * time.Millisecond
+				if ev.Retry >= 0 {
+					retry = time.Duration(ev.Retry) * time.Millisecond
 				}
-				if len(ev.data) > 0 {
-					if res, final := h.onUpstreamMessage(ctx, j, ev.data); final {
+				if len(ev.Data) > 0 {
+					if res, final := h.onUpstreamMessage(ctx, j, ev.Data); final {
 						cur.drainEnd(body)
 						return res
 					}
 				}
 				continue
 			}
-			if errors.Is(err, errEventTooLarge) {
+			if errors.Is(err, sse.ErrEventTooLarge) {
 				return internalFailure("upstream result exceeds the result size limit of %d bytes", h.cfg.MaxResultSize)
 			}
 			if ctx.Err() != nil {

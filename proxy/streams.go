@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/taskgate/taskgate/proxy/jsonx"
+	"github.com/taskgate/taskgate/proxy/sse"
 	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/taskstore"
 )
@@ -367,14 +368,14 @@ func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.
 		go func() {
 			defer close(readerDone)
 			defer close(up)
-			r := newSSEReader(upstream, h.cfg.MaxResultSize)
+			r := sse.NewReader(upstream, h.cfg.MaxResultSize)
 			for {
-				ev, err := r.next()
-				if ev != nil && len(ev.raw) > 0 {
-					raw := append([]byte(nil), ev.raw...)
+				ev, err := r.Next()
+				if ev != nil && len(ev.Raw) > 0 {
+					raw := append([]byte(nil), ev.Raw...)
 					var data []byte
-					if len(ev.data) > 0 {
-						data = append([]byte(nil), ev.data...)
+					if len(ev.Data) > 0 {
+						data = append([]byte(nil), ev.Data...)
 					}
 					select {
 					case up <- upEvent{raw, data}:
@@ -399,7 +400,7 @@ func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.
 			return true
 		}
 		for i, m := range msgs {
-			if _, err := w.Write(appendSSE(nil, "", m.Data)); err != nil || w.Flush() != nil {
+			if _, err := w.Write(sse.Append(nil, "", m.Data)); err != nil || w.Flush() != nil {
 				rctx, c := context.WithTimeout(context.Background(), h.cfg.StoreTimeout)
 				_ = h.store.Requeue(rctx, owner, taskID, msgs[i:])
 				c()
@@ -454,7 +455,7 @@ func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.
 				t, err := h.store.Get(sctx, owner, ev.TaskID)
 				c()
 				if err == nil {
-					_, werr := w.Write(appendSSE(nil, "", appendStatusNotification(nil, t)))
+					_, werr := w.Write(sse.Append(nil, "", appendStatusNotification(nil, t)))
 					ok = werr == nil && w.Flush() == nil
 				}
 			default:

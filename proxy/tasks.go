@@ -16,6 +16,7 @@ import (
 
 	"github.com/taskgate/taskgate/policy"
 	"github.com/taskgate/taskgate/proxy/jsonx"
+	"github.com/taskgate/taskgate/proxy/sse"
 	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/taskstore"
 )
@@ -659,7 +660,7 @@ func (h *Handler) localResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte,
 			rc.SetStatusCode(fasthttp.StatusOK)
 			rc.Response.Header.SetContentType("text/event-stream")
 			rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
-			rc.SetBody(appendSSE(nil, resultEventID(taskID, id), appendOutcome(nil, id, t, out)))
+			rc.SetBody(sse.Append(nil, resultEventID(taskID, id), appendOutcome(nil, id, t, out)))
 			return
 		}
 	}
@@ -731,14 +732,14 @@ func (h *Handler) streamLocalResult(rc *fasthttp.RequestCtx, info *reqInfo, id [
 			t, out, settled, err := h.awaitLocal(ctx, j, keep.C)
 			switch {
 			case err != nil:
-				_, _ = w.Write(appendSSE(nil, evID, resultError(id, err)))
+				_, _ = w.Write(sse.Append(nil, evID, resultError(id, err)))
 				_ = w.Flush()
 				if errors.Is(err, taskstore.ErrNotFound) {
 					return "rpc_error"
 				}
 				return "store_unavailable"
 			case settled:
-				_, _ = w.Write(appendSSE(nil, evID, appendOutcome(nil, id, t, out)))
+				_, _ = w.Write(sse.Append(nil, evID, appendOutcome(nil, id, t, out)))
 				_ = w.Flush()
 				return answerOutcome(t, out)
 			case left.Load():
@@ -847,7 +848,7 @@ func (h *Handler) resultStreamBody(ctx context.Context, w *bufio.Writer, evID st
 	deliver := func(msgs []taskstore.Message) int {
 		for i, m := range msgs {
 			n++
-			if _, err := w.Write(appendSSE(nil, evID+"."+strconv.Itoa(n), m.Data)); err != nil || w.Flush() != nil {
+			if _, err := w.Write(sse.Append(nil, evID+"."+strconv.Itoa(n), m.Data)); err != nil || w.Flush() != nil {
 				return i
 			}
 			open = noteQuestion(open, taskID, m.Data)
@@ -877,7 +878,7 @@ func (h *Handler) resultStreamBody(ctx context.Context, w *bufio.Writer, evID st
 		buf = appendErrorResponse(nil, id, codeInternalError, msgStoreUnavailable)
 		outcome = "store_unavailable"
 	}
-	_, _ = w.Write(appendSSE(nil, evID, buf))
+	_, _ = w.Write(sse.Append(nil, evID, buf))
 	_ = w.Flush()
 	return outcome
 }
