@@ -7,20 +7,6 @@ import (
 	"github.com/taskgate/taskgate/proxy/jsonx"
 )
 
-// JSON-RPC methods taskgate looks at. Everything else passes through.
-const (
-	methodInitialize  = "initialize"
-	methodToolsList   = "tools/list"
-	methodToolsCall   = "tools/call"
-	methodTasksGet    = "tasks/get"
-	methodTasksResult = "tasks/result"
-	methodTasksList   = "tasks/list"
-	methodTasksCancel = "tasks/cancel"
-	methodPing        = "ping"
-
-	notificationCancelled = "notifications/cancelled"
-)
-
 // Envelope errors. A syntax error is a JSON-RPC parse error (-32700); the
 // others make the message an invalid request (-32600).
 // Syntax errors (jsonx.ErrSyntax, ErrTooDeep, ErrTrailing) and the
@@ -37,9 +23,16 @@ var (
 // envelope is the part of a JSON-RPC message the proxy routes on. Byte slices
 // alias the parsed buffer: copy them before the buffer dies (fasthttp reuses a request's buffers
 // once its handler returns).
+//
+// kind says what the message is (jsonx.Classify: request, notification,
+// response, none; batch for an array); routing tests the kind, never the
+// members that make it. spec is the method's entry in the method table
+// (methods.go), nil for a method taskgate does not know or no method.
 type envelope struct {
+	kind      jsonx.Kind
 	id        []byte // raw JSON of "id"; nil when absent
 	method    string
+	spec      *methodSpec
 	params    []byte // raw JSON of "params"; nil when absent
 	hasResult bool
 	hasError  bool
@@ -47,7 +40,16 @@ type envelope struct {
 }
 
 // isRequest reports whether the message is a request (method and id).
-func (e *envelope) isRequest() bool { return e.method != "" && e.id != nil }
+func (e *envelope) isRequest() bool { return e.kind == jsonx.KindRequest }
+
+// isResponse reports whether the message is a response (no method; a
+// result or an error).
+func (e *envelope) isResponse() bool { return e.kind == jsonx.KindResponse }
+
+// hasMethod reports whether the message is a request or a notification.
+func (e *envelope) hasMethod() bool {
+	return e.kind == jsonx.KindRequest || e.kind == jsonx.KindNotification
+}
 
 // envelope members, matched exactly; a case-insensitive match of one of them
 // that is not exact is refused (encoding/json would accept it, and a member spelt "Method" could then
@@ -114,6 +116,7 @@ func parseBatch(s *jsonx.Scanner) (envelope, error) {
 				return env, err
 			}
 			env.batch = append(env.batch, el)
+			env.kind = jsonx.KindBatch
 		case '[':
 			if _, err := s.Value(); err != nil {
 				return env, err
@@ -193,7 +196,12 @@ func parseMessage(s *jsonx.Scanner) (envelope, error) {
 			if !ok {
 				return jsonx.ErrSyntax
 			}
-			env.method = internMethod(m)
+			env.spec = lookupMethod(m)
+			if env.spec != nil {
+				env.method = env.spec.name // no copy for the methods taskgate knows
+			} else {
+				env.method = string(m)
+			}
 		case "params":
 			env.params = val
 		case "result":
@@ -217,6 +225,7 @@ func parseMessage(s *jsonx.Scanner) (envelope, error) {
 		// request whose id could not be read.
 		return envelope{}, errBadID
 	}
+	env.kind = jsonx.Classify(env.method, env.id != nil, env.hasResult || env.hasError)
 	return env, nil
 }
 
@@ -230,28 +239,4 @@ func validID(v []byte) bool {
 		return !bytes.ContainsAny(v, ".eE")
 	}
 	return false
-}
-
-// internMethod returns a constant for the methods the proxy routes on, so
-// that the common case allocates nothing.
-func internMethod(m []byte) string {
-	switch string(m) {
-	case methodInitialize:
-		return methodInitialize
-	case methodToolsList:
-		return methodToolsList
-	case methodToolsCall:
-		return methodToolsCall
-	case methodTasksGet:
-		return methodTasksGet
-	case methodTasksResult:
-		return methodTasksResult
-	case methodTasksList:
-		return methodTasksList
-	case methodTasksCancel:
-		return methodTasksCancel
-	case methodPing:
-		return methodPing
-	}
-	return string(m)
 }

@@ -406,3 +406,33 @@ func TestEditObjectDoesNotAlias(t *testing.T) {
 		t.Errorf("deleteMember changed its input: %q", obj)
 	}
 }
+
+// TestParseEnvelopeKind: every message gets the kind its members make.
+func TestParseEnvelopeKind(t *testing.T) {
+	tests := []struct {
+		in   string
+		want jsonx.Kind
+	}{
+		{in: `{"jsonrpc":"2.0","id":1,"method":"tasks/get"}`, want: jsonx.KindRequest},
+		{in: `{"jsonrpc":"2.0","id":"x","method":"x"}`, want: jsonx.KindRequest},
+		{in: `{"jsonrpc":"2.0","method":"tasks/get"}`, want: jsonx.KindNotification},
+		{in: `{"jsonrpc":"2.0","id":1,"result":{}}`, want: jsonx.KindResponse},
+		{in: `{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"m"}}`, want: jsonx.KindResponse},
+		{in: `{"jsonrpc":"2.0","id":null,"error":{"code":1,"message":"m"}}`, want: jsonx.KindResponse},
+		{in: `{"jsonrpc":"2.0","result":{}}`, want: jsonx.KindResponse},
+		{in: `{"jsonrpc":"2.0","method":"","id":1,"result":{}}`, want: jsonx.KindResponse},
+		{in: `{"jsonrpc":"2.0","id":1,"method":"x","result":{}}`, want: jsonx.KindRequest},
+		{in: `{"jsonrpc":"2.0","id":1}`, want: jsonx.KindNone},
+		{in: `{"jsonrpc":"2.0","method":"","id":1}`, want: jsonx.KindNone},
+		{in: `[{"jsonrpc":"2.0","method":"x"}]`, want: jsonx.KindBatch},
+	}
+	for _, tc := range tests {
+		env, err := parseEnvelope([]byte(tc.in))
+		if err != nil {
+			t.Fatalf("parseEnvelope(%q) = %v", tc.in, err)
+		}
+		if env.kind != tc.want {
+			t.Errorf("parseEnvelope(%q).kind = %v, want %v", tc.in, env.kind, tc.want)
+		}
+	}
+}

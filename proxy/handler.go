@@ -569,7 +569,7 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 				return
 			}
 			if h.tasksActive(&rc.Request.Header) && len(rc.Request.Header.Peek(headerSessionID)) > 0 {
-				info.method = "get_stream"
+				info.method = metricGetStream
 				h.getStream(rc, &info)
 				return
 			}
@@ -587,10 +587,10 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 		h.httpRPCError(rc, fasthttp.StatusBadRequest, nil, code, "taskgate: "+err.Error())
 		return
 	}
-	if env.batch != nil {
-		info.method = "batch"
+	if env.kind == jsonx.KindBatch {
+		info.method = metricBatch
 		for i := range env.batch {
-			if m := env.batch[i].method; h.intercepts(m) && (m == methodInitialize || h.tasksActive(&rc.Request.Header)) {
+			if h.refusedInBatch(env.batch[i].spec, &rc.Request.Header) {
 				info.outcome = "batch_refused"
 				h.httpRPCError(rc, fasthttp.StatusBadRequest, nil, codeInvalidRequest,
 					fmt.Sprintf("taskgate: %s cannot be sent in a batch", env.batch[i].method))
@@ -604,39 +604,25 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 	if h.w26.serve(rc, &info, &env) {
 		return
 	}
-	if !h.native.Load() && h.reservedID(rc, &info, &env) {
-		return
-	}
-	if env.method == "" && env.id != nil && (env.hasResult || env.hasError) && !h.native.Load() &&
+	if env.isResponse() && env.id != nil && !h.native.Load() &&
 		h.tasksActive(&rc.Request.Header) && h.clientAnswer(rc, &info, &env) {
 		return // E-35: the answer to a relayed request went to its task's runner
 	}
-	if h.native.Load() && env.method != methodInitialize {
+	// The method table (methods.go) decides the rest.
+	spec := env.spec
+	switch {
+	case h.native.Load() && (spec == nil || !spec.always),
+		spec == nil || spec.serve == nil:
 		h.pass(rc, &info, env.id)
-		return
-	}
-	switch env.method {
-	case methodInitialize:
-		h.initialize(rc, &info, &env)
-	case methodToolsList:
-		h.toolsList(rc, &info, &env)
-	case methodToolsCall:
-		h.toolsCall(rc, &info, &env)
-	case methodTasksGet, methodTasksResult, methodTasksList, methodTasksCancel:
-		if !h.tasksActive(&rc.Request.Header) {
-			// A session not at 2025-11-25 has no tasks from taskgate: the
-			// upstream answers as if taskgate were not there (T-11).
-			h.pass(rc, &info, env.id)
-			return
-		}
-		if !env.isRequest() {
-			info.outcome = "invalid"
-			h.httpRPCError(rc, fasthttp.StatusBadRequest, nil, codeInvalidRequest, "taskgate: "+env.method+" must be a request with an id")
-			return
-		}
-		h.tasksMethod(rc, &info, &env)
+	case spec.tasksOnly && !h.tasksActive(&rc.Request.Header):
+		// A session not at 2025-11-25 has no tasks from taskgate: the
+		// upstream answers as if taskgate were not there (T-11).
+		h.pass(rc, &info, env.id)
+	case spec.needsID && !env.isRequest():
+		info.outcome = "invalid"
+		h.httpRPCError(rc, fasthttp.StatusBadRequest, nil, codeInvalidRequest, "taskgate: "+env.method+" must be a request with an id")
 	default:
-		h.pass(rc, &info, env.id)
+		spec.serve(h, rc, &info, &env)
 	}
 }
 
@@ -649,17 +635,6 @@ func ambiguousHeader(hdr *fasthttp.RequestHeader) string {
 		}
 	}
 	return ""
-}
-
-// intercepts reports whether the proxy handles method itself (and so
-// refuses it inside a batch).
-func (h *Handler) intercepts(method string) bool {
-	switch method {
-	case methodInitialize, methodToolsList, methodToolsCall,
-		methodTasksGet, methodTasksResult, methodTasksList, methodTasksCancel:
-		return !h.native.Load() || method == methodInitialize
-	}
-	return false
 }
 
 // outcomeClientGone is the outcome of a request whose client closed the

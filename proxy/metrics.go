@@ -132,18 +132,3 @@ func (h *Handler) toolLabel(tool string) string {
 func (h *Handler) taskEvent(event, tool string) {
 	h.m.tasks.WithLabelValues(event, h.toolLabel(tool)).Inc()
 }
-
-// metricMethod bounds label cardinality: client-chosen method names are not
-// used as labels unless they are MCP methods the proxy knows.
-func metricMethod(m string) string {
-	switch m {
-	case "", "batch", methodInitialize, methodToolsList, methodToolsCall, methodTasksGet,
-		methodTasksResult, methodTasksList, methodTasksCancel, methodPing,
-		"notifications/initialized", notificationCancelled, "resources/list", "resources/read",
-		"resources/templates/list", "prompts/list", "prompts/get", "completion/complete",
-		"logging/setLevel", "notifications/progress", "notifications/roots/list_changed", "get_stream",
-		methodDiscover, methodTasksUpdate:
-		return m
-	}
-	return "other"
-}

@@ -38,13 +38,6 @@ import (
 // isError true reads as failed on the 2025 wire and as completed on this
 // one.
 
-// Methods of the 2026 wire that the 2025 wire does not have, and the other
-// way round.
-const (
-	methodDiscover    = "server/discover"
-	methodTasksUpdate = "tasks/update"
-)
-
 // modernWire serves the 2026 wire of one Handler.
 type modernWire struct {
 	h *Handler
@@ -94,7 +87,7 @@ var metaVersionKey = []byte(wire2026.MetaProtocolVersion)
 // It must stay cheap for 2025 requests: they are told apart by a header
 // comparison and a substring search of params, without allocating.
 func (w *modernWire) serve(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) bool {
-	if env.method == "" || env.method == methodInitialize || env.batch != nil {
+	if !env.hasMethod() || (env.spec != nil && env.spec.not2026) {
 		return false
 	}
 	hdr := &rc.Request.Header
@@ -152,17 +145,9 @@ func (w *modernWire) serve(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope
 		return true
 	}
 	info.method = env.method
-	switch env.method {
-	case methodToolsCall:
-		w.toolsCall(rc, info, env, &m, era)
-	case methodTasksGet, methodTasksUpdate, methodTasksCancel:
-		w.tasksMethod(rc, info, env, &m)
-	case methodTasksResult, methodTasksList:
-		w.fail(rc, info, env.id, 404, codeMethodNotFound,
-			"taskgate: "+env.method+" does not exist at protocol version "+wire2026.ProtocolVersion+"; tasks/get carries the result", nil)
-	case methodDiscover:
-		w.discover(rc, info, env, era)
-	default:
+	if spec := env.spec; spec != nil && spec.serve26 != nil {
+		spec.serve26(w, rc, info, env, &m, era)
+	} else {
 		w.forward(rc, info, env, era)
 	}
 	return true

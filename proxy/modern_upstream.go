@@ -140,11 +140,11 @@ func (w *modernWire) exchange(ctx context.Context, req *fasthttp.Request, answer
 		if ev != nil && len(ev.Data) > 0 {
 			env, perr := parseEnvelope(ev.Data)
 			switch {
-			case perr != nil || env.batch != nil:
-			case env.method == "" && (env.hasResult || env.hasError):
+			case perr != nil || env.kind == jsonx.KindBatch:
+			case env.isResponse():
 				x.drainEnd(body)
 				return status, append([]byte(nil), ev.Data...), sid, nil
-			case env.method != "" && env.id != nil && answerTo != nil:
+			case env.isRequest() && answerTo != nil:
 				var ans []byte
 				if env.method == methodPing {
 					ans = appendResultResponse(nil, env.id, []byte("{}"))

@@ -76,7 +76,7 @@ func (h *Handler) forwardRewriting(rc *fasthttp.RequestCtx, info *reqInfo, id []
 				return
 			}
 			if !done && len(ev.Data) > 0 {
-				if env, perr := parseEnvelope(ev.Data); perr == nil && env.method == "" && (env.hasResult || env.hasError) {
+				if env, perr := parseEnvelope(ev.Data); perr == nil && env.isResponse() {
 					done = true
 					buf = sse.AppendRewritten(buf[:0], ev, rw(ev.Data))
 					if _, werr := w.Write(buf); werr != nil {

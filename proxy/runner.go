@@ -733,19 +733,19 @@ func (h *Handler) resume(ctx context.Context, j *job, lastID string) (*upstreamC
 // true when msg is the call's response.
 func (h *Handler) onUpstreamMessage(ctx context.Context, j *job, msg []byte) (callResult, bool) {
 	env, err := parseEnvelope(msg)
-	if err != nil || env.batch != nil {
+	if err != nil || env.kind == jsonx.KindBatch {
 		j.log.Warn().Err(err).Msg("ignoring a malformed message on the upstream stream")
 		return callResult{}, false
 	}
 	switch {
-	case env.method == "" && (env.hasResult || env.hasError):
+	case env.isResponse():
 		return classify(append([]byte(nil), msg...)), true
-	case env.method == methodPing && env.id != nil:
+	case env.method == methodPing && env.isRequest():
 		// Answered here: a ping is no reason for input_required (E-36).
 		h.postUpstream(j, appendResultResponse(nil, env.id, []byte("{}")))
-	case env.method != "" && env.id != nil:
+	case env.isRequest():
 		h.relayRequest(ctx, j, &env, append([]byte(nil), msg...))
-	case env.method != "":
+	case env.kind == jsonx.KindNotification:
 		h.relayNotification(ctx, j, &env, append([]byte(nil), msg...))
 	}
 	return callResult{}, false

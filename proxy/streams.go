@@ -490,7 +490,7 @@ const (
 // left to pass through as it came.
 func (h *Handler) attributeQuestion(ctx context.Context, owner, sess string, msg []byte) bool {
 	env, err := parseEnvelope(msg)
-	if err != nil || !env.isRequest() || env.batch != nil {
+	if err != nil || !env.isRequest() {
 		return false
 	}
 	switch env.method {

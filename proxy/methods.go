@@ -1,0 +1,191 @@
+package proxy
+
+import (
+	"github.com/valyala/fasthttp"
+
+	"github.com/taskgate/taskgate/proxy/wire2026"
+)
+
+// The method table: every JSON-RPC method taskgate knows by name, what it
+// does with it on each wire, and its metric label. ServeFastHTTP's dispatch
+// (handler.go), the batch check, the 2026 wire's dispatch (modernWire.serve)
+// and the metric labels (metricMethod) all read it; nothing else decides
+// which methods taskgate serves itself. Adding a method is one entry here
+// plus its handler.
+//
+// Dispatch of one client message (ServeFastHTTP), in this order:
+//
+//  1. A batch is passed through, unless one of its elements is refused in
+//     batches (batchOK false, see refusedInBatch): then the whole batch is
+//     refused with 400 and -32600.
+//  2. The 2026 wire (modernWire.serve) takes requests and notifications of
+//     2026-era clients (not2026 methods never are): serve26, or forwarded to
+//     the upstream when serve26 is nil.
+//  3. A response (the client answering a question of a task's call) in a
+//     session with tasks goes to the task's runner (clientAnswer).
+//  4. With an upstream that serves tasks natively everything but the
+//     methods marked always passes through.
+//  5. serve, when set: only in sessions with tasks when tasksOnly (else
+//     passed through), and a needsID method sent as a notification is
+//     refused with 400 and -32600. Without serve the message passes
+//     through.
+
+// JSON-RPC method names taskgate routes on.
+const (
+	methodInitialize  = "initialize"
+	methodToolsList   = "tools/list"
+	methodToolsCall   = "tools/call"
+	methodTasksGet    = "tasks/get"
+	methodTasksResult = "tasks/result"
+	methodTasksList   = "tasks/list"
+	methodTasksCancel = "tasks/cancel"
+	methodPing        = "ping"
+
+	// Methods of the 2026 wire that the 2025 wire does not have.
+	methodDiscover    = "server/discover"
+	methodTasksUpdate = "tasks/update"
+
+	notificationCancelled = "notifications/cancelled"
+)
+
+// methodSpec is one entry of the method table.
+type methodSpec struct {
+	name   string
+	metric string // the method's label in metrics (method="...")
+
+	// The 2025-11-25 wire, and clients of older versions.
+
+	// serve handles the message; nil: it passes through to the upstream.
+	serve func(h *Handler, rc *fasthttp.RequestCtx, info *reqInfo, env *envelope)
+	// tasksOnly: served only in sessions that negotiated 2025-11-25
+	// (tasksActive); in other sessions taskgate is not there for it.
+	tasksOnly bool
+	// needsID: the method must be a request; as a notification it is an
+	// invalid request.
+	needsID bool
+	// always: served even when the upstream has tasks natively (others
+	// then pass through), and refused in a batch of any session.
+	always bool
+	// batchOK: the method may be sent in a batch. A method taskgate serves
+	// cannot be (it answers single messages): a batch holding one is
+	// refused in sessions with tasks unless the upstream has tasks
+	// natively (always: in every session).
+	batchOK bool
+
+	// The 2026-07-28 wire.
+
+	// not2026: never a 2026-era message; the 2025 dispatch serves it.
+	not2026 bool
+	// serve26 handles a 2026-era message (era: the upstream's era); nil:
+	// forwarded to the upstream (modernWire.forward).
+	serve26 func(w *modernWire, rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, m *modernMeta, era int)
+}
+
+// methods is the method table.
+var methods = [...]methodSpec{
+	// Served by taskgate.
+	{name: methodInitialize, metric: methodInitialize,
+		serve: (*Handler).initialize, always: true, not2026: true},
+	{name: methodToolsList, metric: methodToolsList,
+		serve: (*Handler).toolsList},
+	{name: methodToolsCall, metric: methodToolsCall,
+		serve: (*Handler).toolsCall, serve26: (*modernWire).toolsCall},
+	{name: methodTasksGet, metric: methodTasksGet,
+		serve: (*Handler).tasksMethod, tasksOnly: true, needsID: true, serve26: modernTasksMethod},
+	{name: methodTasksResult, metric: methodTasksResult,
+		serve: (*Handler).tasksMethod, tasksOnly: true, needsID: true, serve26: notIn2026},
+	{name: methodTasksList, metric: methodTasksList,
+		serve: (*Handler).tasksMethod, tasksOnly: true, needsID: true, serve26: notIn2026},
+	{name: methodTasksCancel, metric: methodTasksCancel,
+		serve: (*Handler).tasksMethod, tasksOnly: true, needsID: true, serve26: modernTasksMethod},
+	{name: methodTasksUpdate, metric: methodTasksUpdate,
+		batchOK: true, serve26: modernTasksMethod},
+	{name: methodDiscover, metric: methodDiscover,
+		batchOK: true, serve26: modernDiscover},
+	// A notifications/cancelled naming an id of taskgate's own upstream
+	// requests is swallowed (reservedID); any other passes through.
+	{name: notificationCancelled, metric: notificationCancelled,
+		serve: cancelledNotification, batchOK: true},
+
+	// Passed through; known by name only for their metric label.
+	{name: methodPing, metric: methodPing, batchOK: true},
+	{name: "notifications/initialized", metric: "notifications/initialized", batchOK: true},
+	{name: "notifications/progress", metric: "notifications/progress", batchOK: true},
+	{name: "notifications/roots/list_changed", metric: "notifications/roots/list_changed", batchOK: true},
+	{name: "resources/list", metric: "resources/list", batchOK: true},
+	{name: "resources/read", metric: "resources/read", batchOK: true},
+	{name: "resources/templates/list", metric: "resources/templates/list", batchOK: true},
+	{name: "prompts/list", metric: "prompts/list", batchOK: true},
+	{name: "prompts/get", metric: "prompts/get", batchOK: true},
+	{name: "completion/complete", metric: "completion/complete", batchOK: true},
+	{name: "logging/setLevel", metric: "logging/setLevel", batchOK: true},
+}
+
+// methodIndex finds a method's entry by name. It is filled by init, not by
+// an initializer: the handlers in the table reach lookupMethod, and an
+// initializer would be an initialization cycle.
+var methodIndex map[string]*methodSpec
+
+func init() {
+	methodIndex = make(map[string]*methodSpec, len(methods))
+	for i := range methods {
+		methodIndex[methods[i].name] = &methods[i]
+	}
+}
+
+// lookupMethod returns the entry of method m, or nil. It does not
+// allocate.
+func lookupMethod(m []byte) *methodSpec { return methodIndex[string(m)] }
+
+// refusedInBatch reports whether a batch element of method entry s (nil
+// for an unknown method) makes taskgate refuse the batch.
+func (h *Handler) refusedInBatch(s *methodSpec, hdr *fasthttp.RequestHeader) bool {
+	if s == nil || s.batchOK {
+		return false
+	}
+	return s.always || (!h.native.Load() && h.tasksActive(hdr))
+}
+
+// Pseudo-method labels of requests that carry no single method.
+const (
+	metricNoMethod  = ""           // a message without a method (a response)
+	metricBatch     = "batch"      // a batch
+	metricGetStream = "get_stream" // a GET of the session's SSE stream
+)
+
+// metricMethod bounds label cardinality: client-chosen method names are not
+// used as labels unless they are in the method table.
+func metricMethod(m string) string {
+	switch m {
+	case metricNoMethod, metricBatch, metricGetStream:
+		return m
+	}
+	if s := methodIndex[m]; s != nil {
+		return s.metric
+	}
+	return "other"
+}
+
+// cancelledNotification serves notifications/cancelled on the 2025 wire.
+func cancelledNotification(h *Handler, rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) {
+	if !h.reservedID(rc, info, env) {
+		h.pass(rc, info, env.id)
+	}
+}
+
+// modernTasksMethod serves tasks/get, tasks/update and tasks/cancel on the
+// 2026 wire.
+func modernTasksMethod(w *modernWire, rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, m *modernMeta, _ int) {
+	w.tasksMethod(rc, info, env, m)
+}
+
+// modernDiscover serves server/discover on the 2026 wire.
+func modernDiscover(w *modernWire, rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, _ *modernMeta, era int) {
+	w.discover(rc, info, env, era)
+}
+
+// notIn2026 answers the 2025 methods the 2026 wire does not have.
+func notIn2026(w *modernWire, rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, _ *modernMeta, _ int) {
+	w.fail(rc, info, env.id, 404, codeMethodNotFound,
+		"taskgate: "+env.method+" does not exist at protocol version "+wire2026.ProtocolVersion+"; tasks/get carries the result", nil)
+}
