@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
 	"github.com/taskgate/taskgate/proxy/jsonx"
 )
 
@@ -110,85 +108,4 @@ func checkAgainstEncodingJSON(t *testing.T, b []byte, env envelope) {
 	if string(m["jsonrpc"]) != `"2.0"` {
 		t.Fatalf("parseEnvelope(%q) accepted jsonrpc %q", b, m["jsonrpc"])
 	}
-}
-
-// FuzzSetMember: setMember and deleteMember on a valid object give a valid
-// object whose members (as encoding/json decodes them) are the input's with
-// key set or removed.
-func FuzzSetMember(f *testing.F) {
-	f.Add([]byte(`{"name":"x","task":{"ttl":1}}`), "task", []byte(`{}`))
-	f.Add([]byte(`{}`), "_meta", []byte(`{"io.modelcontextprotocol/related-task":{"taskId":"t"}}`))
-	f.Add([]byte(`{"a":1,"a":2,"b":3}`), "a", []byte(`null`))
-	f.Add([]byte(`{"t\u0061sk":1}`), "task", []byte(`"x"`))
-	f.Add([]byte(` { "A" : [1, {"a":2}] } `), "a", []byte(`[]`))
-	f.Add([]byte(`[]`), "a", []byte(`1`))
-	f.Fuzz(func(t *testing.T, obj []byte, key string, val []byte) {
-		set, serr := jsonx.SetMember(obj, key, val)
-		del, derr := jsonx.DeleteMember(obj, key)
-		var in map[string]json.RawMessage
-		if json.Unmarshal(obj, &in) != nil || !json.Valid(val) || !plainKey(key) {
-			return // preconditions of setMember do not hold; only no panic
-		}
-		if errors.Is(serr, jsonx.ErrTooDeep) || errors.Is(derr, jsonx.ErrTooDeep) {
-			return
-		}
-		if serr != nil || derr != nil {
-			t.Fatalf("setMember/jsonx.DeleteMember(%q, %q) = %v, %v on a valid object", obj, key, serr, derr)
-		}
-		for _, c := range []struct {
-			name string
-			out  []byte
-			want map[string]string
-		}{
-			{name: "setMember", out: set, want: decodedMembers(in, key, compact(t, val))},
-			{name: "deleteMember", out: del, want: decodedMembers(in, key, "")},
-		} {
-			if !json.Valid(c.out) {
-				t.Fatalf("%s(%q, %q) = %q: invalid JSON", c.name, obj, key, c.out)
-			}
-			var got map[string]json.RawMessage
-			if err := json.Unmarshal(c.out, &got); err != nil {
-				t.Fatalf("%s(%q, %q) = %q: %v", c.name, obj, key, c.out, err)
-			}
-			if diff := cmp.Diff(c.want, decodedMembers(got, "", "")); diff != "" {
-				t.Fatalf("%s(%q, %q) = %q: members mismatch (-want +got):\n%s", c.name, obj, key, c.out, diff)
-			}
-		}
-	})
-}
-
-// plainKey reports whether key can be written between quotes unescaped.
-func plainKey(key string) bool {
-	for _, c := range []byte(key) {
-		if c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
-			return false
-		}
-	}
-	return true
-}
-
-func compact(t *testing.T, v []byte) string {
-	var b bytes.Buffer
-	if err := json.Compact(&b, v); err != nil {
-		t.Fatalf("json.Compact(%q): %v", v, err)
-	}
-	return b.String()
-}
-
-// decodedMembers turns m into compacted strings, with key set to val (or
-// removed when val is "").
-func decodedMembers(m map[string]json.RawMessage, key, val string) map[string]string {
-	out := make(map[string]string, len(m)+1)
-	for k, v := range m {
-		var b bytes.Buffer
-		_ = json.Compact(&b, v)
-		out[k] = b.String()
-	}
-	if key != "" {
-		delete(out, key)
-		if val != "" {
-			out[key] = val
-		}
-	}
-	return out
 }
