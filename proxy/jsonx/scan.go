@@ -14,6 +14,9 @@ const MaxDepth = 512
 // exactly what json.Valid accepts.
 const EncodingJSONDepth = 10000
 
+// Syntax errors: input that is not JSON, nested deeper than the limit, or
+// followed by more than whitespace. A JSON-RPC peer answers all three with
+// a parse error.
 var (
 	ErrSyntax   = errors.New("invalid JSON")
 	ErrTooDeep  = errors.New("JSON nested too deeply")
