@@ -612,7 +612,7 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 	spec := env.spec
 	switch {
 	case h.native.Load() && (spec == nil || !spec.always),
-		spec == nil || spec.serve == nil:
+		spec == nil || spec.serve == none:
 		h.pass(rc, &info, env.id)
 	case spec.tasksOnly && !h.tasksActive(&rc.Request.Header):
 		// A session not at 2025-11-25 has no tasks from taskgate: the
@@ -622,7 +622,7 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 		info.outcome = "invalid"
 		h.httpRPCError(rc, fasthttp.StatusBadRequest, nil, codeInvalidRequest, "taskgate: "+env.method+" must be a request with an id")
 	default:
-		spec.serve(h, rc, &info, &env)
+		h.serveMethod(spec, rc, &info, &env)
 	}
 }
 

@@ -11,7 +11,7 @@ import (
 // (handler.go), the batch check, the 2026 wire's dispatch (modernWire.serve)
 // and the metric labels (metricMethod) all read it; nothing else decides
 // which methods taskgate serves itself. Adding a method is one entry here
-// plus its handler.
+// plus its handler (and, for a new handler, its case in serveMethod).
 //
 // Dispatch of one client message (ServeFastHTTP), in this order:
 //
@@ -20,15 +20,14 @@ import (
 //     refused with 400 and -32600.
 //  2. The 2026 wire (modernWire.serve) takes requests and notifications of
 //     2026-era clients (not2026 methods never are): serve26, or forwarded to
-//     the upstream when serve26 is nil.
+//     the upstream when serve26 is none.
 //  3. A response (the client answering a question of a task's call) in a
 //     session with tasks goes to the task's runner (clientAnswer).
 //  4. With an upstream that serves tasks natively everything but the
 //     methods marked always passes through.
-//  5. serve, when set: only in sessions with tasks when tasksOnly (else
+//  5. serve, unless none: only in sessions with tasks when tasksOnly (else
 //     passed through), and a needsID method sent as a notification is
-//     refused with 400 and -32600. Without serve the message passes
-//     through.
+//     refused with 400 and -32600. Otherwise the message passes through.
 
 // JSON-RPC method names taskgate routes on.
 const (
@@ -55,8 +54,9 @@ type methodSpec struct {
 
 	// The 2025-11-25 wire, and clients of older versions.
 
-	// serve handles the message; nil: it passes through to the upstream.
-	serve func(h *Handler, rc *fasthttp.RequestCtx, info *reqInfo, env *envelope)
+	// serve handles the message (Handler.serveMethod); none: it passes
+	// through to the upstream.
+	serve handler
 	// tasksOnly: served only in sessions that negotiated 2025-11-25
 	// (tasksActive); in other sessions taskgate is not there for it.
 	tasksOnly bool
@@ -76,36 +76,54 @@ type methodSpec struct {
 
 	// not2026: never a 2026-era message; the 2025 dispatch serves it.
 	not2026 bool
-	// serve26 handles a 2026-era message (era: the upstream's era); nil:
+	// serve26 handles a 2026-era message (modernWire.serveMethod); none:
 	// forwarded to the upstream (modernWire.forward).
-	serve26 func(w *modernWire, rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, m *modernMeta, era int)
+	serve26 handler
 }
+
+// handler names the code that serves a method on one wire. Dispatch calls
+// it through the switches of Handler.serveMethod and modernWire.serveMethod,
+// not through function values: an indirect call would make every request's
+// envelope and reqInfo escape to the heap (two allocations per request,
+// three on the 2026 wire).
+type handler uint8
+
+const (
+	none            handler = iota // no handler: passed through (2025) or forwarded (2026)
+	serveInitialize                // Handler.initialize
+	serveToolsList                 // Handler.toolsList
+	serveToolsCall                 // Handler.toolsCall, modernWire.toolsCall
+	serveTasks                     // Handler.tasksMethod, modernWire.tasksMethod
+	serveCancelled                 // reservedID, else passed through
+	serveDiscover                  // modernWire.discover
+	serveNotIn2026                 // 404: a 2025 method the 2026 wire does not have
+)
 
 // methods is the method table.
 var methods = [...]methodSpec{
 	// Served by taskgate.
 	{name: methodInitialize, metric: methodInitialize,
-		serve: (*Handler).initialize, always: true, not2026: true},
+		serve: serveInitialize, always: true, not2026: true},
 	{name: methodToolsList, metric: methodToolsList,
-		serve: (*Handler).toolsList},
+		serve: serveToolsList},
 	{name: methodToolsCall, metric: methodToolsCall,
-		serve: (*Handler).toolsCall, serve26: (*modernWire).toolsCall},
+		serve: serveToolsCall, serve26: serveToolsCall},
 	{name: methodTasksGet, metric: methodTasksGet,
-		serve: (*Handler).tasksMethod, tasksOnly: true, needsID: true, serve26: modernTasksMethod},
+		serve: serveTasks, tasksOnly: true, needsID: true, serve26: serveTasks},
 	{name: methodTasksResult, metric: methodTasksResult,
-		serve: (*Handler).tasksMethod, tasksOnly: true, needsID: true, serve26: notIn2026},
+		serve: serveTasks, tasksOnly: true, needsID: true, serve26: serveNotIn2026},
 	{name: methodTasksList, metric: methodTasksList,
-		serve: (*Handler).tasksMethod, tasksOnly: true, needsID: true, serve26: notIn2026},
+		serve: serveTasks, tasksOnly: true, needsID: true, serve26: serveNotIn2026},
 	{name: methodTasksCancel, metric: methodTasksCancel,
-		serve: (*Handler).tasksMethod, tasksOnly: true, needsID: true, serve26: modernTasksMethod},
+		serve: serveTasks, tasksOnly: true, needsID: true, serve26: serveTasks},
 	{name: methodTasksUpdate, metric: methodTasksUpdate,
-		batchOK: true, serve26: modernTasksMethod},
+		batchOK: true, serve26: serveTasks},
 	{name: methodDiscover, metric: methodDiscover,
-		batchOK: true, serve26: modernDiscover},
+		batchOK: true, serve26: serveDiscover},
 	// A notifications/cancelled naming an id of taskgate's own upstream
 	// requests is swallowed (reservedID); any other passes through.
 	{name: notificationCancelled, metric: notificationCancelled,
-		serve: cancelledNotification, batchOK: true},
+		serve: serveCancelled, batchOK: true},
 
 	// Passed through; known by name only for their metric label.
 	{name: methodPing, metric: methodPing, batchOK: true},
@@ -166,26 +184,44 @@ func metricMethod(m string) string {
 	return "other"
 }
 
-// cancelledNotification serves notifications/cancelled on the 2025 wire.
-func cancelledNotification(h *Handler, rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) {
-	if !h.reservedID(rc, info, env) {
+// serveMethod runs the 2025-wire handler of s (s.serve is not none).
+func (h *Handler) serveMethod(s *methodSpec, rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) {
+	switch s.serve {
+	case serveInitialize:
+		h.initialize(rc, info, env)
+	case serveToolsList:
+		h.toolsList(rc, info, env)
+	case serveToolsCall:
+		h.toolsCall(rc, info, env)
+	case serveTasks:
+		h.tasksMethod(rc, info, env)
+	case serveCancelled:
+		if !h.reservedID(rc, info, env) {
+			h.pass(rc, info, env.id)
+		}
+	default:
 		h.pass(rc, info, env.id)
 	}
 }
 
-// modernTasksMethod serves tasks/get, tasks/update and tasks/cancel on the
-// 2026 wire.
-func modernTasksMethod(w *modernWire, rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, m *modernMeta, _ int) {
-	w.tasksMethod(rc, info, env, m)
-}
-
-// modernDiscover serves server/discover on the 2026 wire.
-func modernDiscover(w *modernWire, rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, _ *modernMeta, era int) {
-	w.discover(rc, info, env, era)
-}
-
-// notIn2026 answers the 2025 methods the 2026 wire does not have.
-func notIn2026(w *modernWire, rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, _ *modernMeta, _ int) {
-	w.fail(rc, info, env.id, 404, codeMethodNotFound,
-		"taskgate: "+env.method+" does not exist at protocol version "+wire2026.ProtocolVersion+"; tasks/get carries the result", nil)
+// serveMethod runs the 2026-wire handler of s, or forwards the message
+// (era: the upstream's era).
+func (w *modernWire) serveMethod(s *methodSpec, rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, m *modernMeta, era int) {
+	var k handler
+	if s != nil {
+		k = s.serve26
+	}
+	switch k {
+	case serveToolsCall:
+		w.toolsCall(rc, info, env, m, era)
+	case serveTasks:
+		w.tasksMethod(rc, info, env, m)
+	case serveNotIn2026:
+		w.fail(rc, info, env.id, 404, codeMethodNotFound,
+			"taskgate: "+env.method+" does not exist at protocol version "+wire2026.ProtocolVersion+"; tasks/get carries the result", nil)
+	case serveDiscover:
+		w.discover(rc, info, env, era)
+	default:
+		w.forward(rc, info, env, era)
+	}
 }

@@ -43,13 +43,19 @@ func TestMethodTable(t *testing.T) {
 		if lookupMethod([]byte(s.name)) == nil || lookupMethod([]byte(s.name)).name != s.name {
 			t.Errorf("%s: lookupMethod does not find it", s.name)
 		}
-		if s.serve == nil && (s.tasksOnly || s.needsID || s.always) {
+		if s.serve == none && (s.tasksOnly || s.needsID || s.always) {
 			t.Errorf("%s: 2025 flags without a 2025 handler", s.name)
 		}
-		if s.serve == nil && !s.batchOK {
+		if s.serve == none && !s.batchOK {
 			t.Errorf("%s: refused in batches but passed through alone", s.name)
 		}
-		if s.not2026 && s.serve26 != nil {
+		if s.serve26 == serveInitialize || s.serve26 == serveToolsList || s.serve26 == serveCancelled {
+			t.Errorf("%s: a 2025-only handler on the 2026 wire", s.name)
+		}
+		if s.serve == serveDiscover || s.serve == serveNotIn2026 {
+			t.Errorf("%s: a 2026-only handler on the 2025 wire", s.name)
+		}
+		if s.not2026 && s.serve26 != none {
 			t.Errorf("%s: not2026 with a 2026 handler", s.name)
 		}
 	}

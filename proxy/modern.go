@@ -145,11 +145,7 @@ func (w *modernWire) serve(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope
 		return true
 	}
 	info.method = env.method
-	if spec := env.spec; spec != nil && spec.serve26 != nil {
-		spec.serve26(w, rc, info, env, &m, era)
-	} else {
-		w.forward(rc, info, env, era)
-	}
+	w.serveMethod(env.spec, rc, info, env, &m, era)
 	return true
 }
 
