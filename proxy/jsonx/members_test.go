@@ -168,7 +168,7 @@ func FuzzSetMember(f *testing.F) {
 		set, serr := SetMember(obj, key, val)
 		del, derr := DeleteMember(obj, key)
 		var in map[string]json.RawMessage
-		if json.Unmarshal(obj, &in) != nil || !json.Valid(val) || !plainKey(key) {
+		if json.Unmarshal(obj, &in) != nil || in == nil || !json.Valid(val) || !plainKey(key) {
 			return // preconditions of setMember do not hold; only no panic
 		}
 		if errors.Is(serr, ErrTooDeep) || errors.Is(derr, ErrTooDeep) {
