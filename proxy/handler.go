@@ -119,32 +119,33 @@ func (c *Config) setDefaults() {
 		}
 	}
 	if c.MaxBodySize <= 0 {
-		c.MaxBodySize = 4 << 20
+		c.MaxBodySize = DefaultMaxBodySize
 	}
 	if c.MaxResultSize <= 0 {
-		c.MaxResultSize = 32 << 20
+		c.MaxResultSize = DefaultMaxResultSize
 	}
-	def(&c.StreamIdleTimeout, 10*time.Minute)
-	def(&c.StreamMaxLifetime, time.Hour)
-	def(&c.UpstreamIdleConn, 3*time.Second)
-	def(&c.DialTimeout, 5*time.Second)
-	def(&c.KeepAlive, 15*time.Second)
-	def(&c.Lease, 15*time.Second)
-	def(&c.StoreTimeout, 3*time.Second)
+	def(&c.StreamIdleTimeout, DefaultStreamIdleTimeout)
+	def(&c.StreamMaxLifetime, DefaultStreamMaxLifetime)
+	def(&c.UpstreamIdleConn, DefaultUpstreamIdleConn)
+	def(&c.DialTimeout, DefaultDialTimeout)
+	def(&c.KeepAlive, DefaultKeepAlive)
+	def(&c.Lease, DefaultLease)
+	def(&c.StoreTimeout, DefaultStoreTimeout)
+	def(&c.PromoteWindow, DefaultPromoteWindow)
 	if c.TaskRate == 0 {
-		c.TaskRate = 100
+		c.TaskRate = DefaultTaskRate
 	}
 	if c.TaskBurst <= 0 {
-		c.TaskBurst = 500
+		c.TaskBurst = DefaultTaskBurst
 	}
 	if c.QueueMax <= 0 {
-		c.QueueMax = 256
+		c.QueueMax = DefaultQueueMax
 	}
 	if c.ListPageSize <= 0 {
-		c.ListPageSize = 50
+		c.ListPageSize = DefaultListPageSize
 	}
 	if c.MaxTasksPerOwner == 0 {
-		c.MaxTasksPerOwner = 100
+		c.MaxTasksPerOwner = DefaultMaxTasksPerOwner
 	}
 	if len(c.OwnerKey) == 0 {
 		c.OwnerKey = make([]byte, 32)
