@@ -3,6 +3,9 @@
 // quickstart puts behind taskgate and what the e2e tests use as a real
 // upstream.
 //
+// It is a development tool, not part of taskgate: it is not in the image and
+// its tools and flags may change with the tests that use them.
+//
 // Tools: echo, slow (progress, log notifications, cancellation), fail
 // (isError result), rpc_error (JSON-RPC error), large (big result with its
 // sha256), ask (elicitation) and stats (counters tests read to see that a
@@ -63,6 +66,11 @@ type config struct {
 	fixtures           bool          // add the conformance fixture tools
 }
 
+// usageNote heads --help: what the program is, and that it is a
+// development tool.
+const usageNote = "a demo MCP server on the official Go SDK, without tasks (the upstream of taskgate's quickstart and e2e tests).\n" +
+	"A development tool of taskgate, not part of the product."
+
 // defaultMaxProtocolVersion is the newest protocol version served by default:
 // the one whose tasks taskgate adds. The SDK also speaks 2026-07-28.
 const defaultMaxProtocolVersion = "2025-11-25"
@@ -97,6 +105,10 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	var cfg config
 	fs := flag.NewFlagSet("legacy-mcp", flag.ContinueOnError)
 	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "legacy-mcp: %s\n\nUsage of legacy-mcp:\n", usageNote)
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:3000", "address to listen on")
 	fs.StringVar(&cfg.path, "path", "/mcp", "URL path of the MCP endpoint")
 	fs.BoolVar(&cfg.stdio, "stdio", false, "serve one client over stdin and stdout (newline-delimited JSON-RPC) instead of HTTP; exits when stdin closes")

@@ -15,6 +15,11 @@ import (
 	"time"
 )
 
+// usageNote heads --help: what the program is, and that it is a
+// development tool.
+const usageNote = "a load generator for taskgate and other MCP Streamable HTTP servers (modes: go doc ./cmd/tgload;\n" +
+	"measurements and the commands behind them: cmd/tgload/README.md). A development tool of taskgate, not part of the product."
+
 // config is the parsed command line.
 type config struct {
 	modes         []string
@@ -53,6 +58,10 @@ func parseFlags(argv []string, out io.Writer) (*config, error) {
 	c := &config{}
 	fs := flag.NewFlagSet("tgload", flag.ContinueOnError)
 	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "tgload: %s\n\nUsage of tgload:\n", usageNote)
+		fs.PrintDefaults()
+	}
 	var modeList, urlList, args, mix, cpu, session, cancelArgs, streamArgs, compare string
 	fs.StringVar(&modeList, "mode", "call", "comma list of modes: "+strings.Join(modes, ", "))
 	fs.StringVar(&urlList, "url", "http://127.0.0.1:8080/mcp", "comma list of MCP endpoint URLs (workers and mixed-mode requests spread over them)")

@@ -4,6 +4,10 @@
 // endpoints and prints, per mode, the throughput, a latency histogram's
 // p50/p90/p99/max and the errors.
 //
+// It is a development tool, not part of taskgate: it is not in the image. The
+// measurements taken with it, and the commands that take them again, are in
+// cmd/tgload/README.md.
+//
 // Each worker opens its own MCP session on every target (initialize, then
 // notifications/initialized; --session shared opens one per target for all
 // workers) and sends on every request
@@ -75,7 +79,7 @@
 // and the summary gives, per endpoint, the medians over the rounds and, for
 // every endpoint after the first, the median ratio of its throughput to the
 // first's in the same round and the added p50/p99. This is the pass-through
-// overhead measurement of taskgate's README:
+// overhead measurement of cmd/tgload/README.md:
 //
 //	tgload --mode call -c 16 --rounds 20 --duration 2s --warmup 500ms \
 //	    --compare direct=http://127.0.0.1:3000/mcp,taskgate=http://127.0.0.1:8080/mcp \
