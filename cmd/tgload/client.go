@@ -88,16 +88,20 @@ const acceptBoth = "application/json, text/event-stream"
 
 // client holds one worker's reusable request state.
 type client struct {
-	cfg  *config
-	auth string
-	req  *fasthttp.Request
-	resp *fasthttp.Response
-	buf  []byte
-	id   int64
+	cfg    *config
+	modern bool // the 2026-07-28 wire (--era 2026): no session, _meta and headers per request
+	// mcpMethod and mcpName are the Mcp-Method and Mcp-Name headers of the
+	// 2026 request being sent (rpc26).
+	mcpMethod, mcpName string
+	auth               string
+	req                *fasthttp.Request
+	resp               *fasthttp.Response
+	buf                []byte
+	id                 int64
 }
 
 func newClient(cfg *config, worker int) *client {
-	c := &client{cfg: cfg, req: fasthttp.AcquireRequest(), resp: fasthttp.AcquireResponse()}
+	c := &client{cfg: cfg, modern: cfg.era == era2026, req: fasthttp.AcquireRequest(), resp: fasthttp.AcquireResponse()}
 	if cfg.authPrefix != "" {
 		c.auth = "Bearer " + cfg.authPrefix + strconv.Itoa(worker)
 	}
@@ -116,7 +120,14 @@ func (c *client) post(s *session, body []byte, id int64, accept string, initiali
 	req.Header.SetMethod(fasthttp.MethodPost)
 	req.Header.SetContentType("application/json")
 	req.Header.Set("Accept", accept)
-	if !initializing {
+	switch {
+	case c.modern:
+		req.Header.Set("MCP-Protocol-Version", era2026)
+		req.Header.Set("Mcp-Method", c.mcpMethod)
+		if c.mcpName != "" {
+			req.Header.Set("Mcp-Name", c.mcpName)
+		}
+	case !initializing:
 		req.Header.Set("MCP-Protocol-Version", c.cfg.protoVersion)
 	}
 	if s.id != "" {
@@ -226,9 +237,13 @@ func (c *client) rpc(s *session, body []byte, id int64, accept string) (answer, 
 	return a, nil
 }
 
-// initialize opens a session on t.
+// initialize opens a session on t. The 2026 wire has none: its "session"
+// is just the target.
 func (c *client) initialize(t *target) (*session, error) {
 	s := &session{t: t}
+	if c.modern {
+		return s, nil
+	}
 	id := c.nextID()
 	body := fmt.Appendf(nil, `{"jsonrpc":"2.0","id":%d,"method":"initialize","params":{"protocolVersion":%q,"capabilities":{},"clientInfo":{"name":"tgload","version":"1"}}}`,
 		id, c.cfg.protoVersion)

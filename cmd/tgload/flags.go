@@ -47,6 +47,9 @@ type config struct {
 	cpu           []namedPID
 	compare       []compareTarget // --compare: endpoints measured side by side
 	rounds        int
+	eras          []string      // --era: the wires each mode runs on, in order
+	era           string        // the wire of the run at hand: era2025 or era2026
+	pollInterval  time.Duration // 2026 create-result: wait between tasks/get polls; 0: the server's pollIntervalMs
 }
 
 type namedPID struct {
@@ -62,7 +65,7 @@ func parseFlags(argv []string, out io.Writer) (*config, error) {
 		fmt.Fprintf(fs.Output(), "tgload: %s\n\nUsage of tgload:\n", usageNote)
 		fs.PrintDefaults()
 	}
-	var modeList, urlList, args, mix, cpu, session, cancelArgs, streamArgs, compare string
+	var modeList, urlList, args, mix, cpu, session, cancelArgs, streamArgs, compare, eraList string
 	fs.StringVar(&modeList, "mode", "call", "comma list of modes: "+strings.Join(modes, ", "))
 	fs.StringVar(&urlList, "url", "http://127.0.0.1:8080/mcp", "comma list of MCP endpoint URLs (workers and mixed-mode requests spread over them)")
 	fs.IntVar(&c.conc, "c", 16, "concurrent workers")
@@ -87,6 +90,9 @@ func parseFlags(argv []string, out io.Writer) (*config, error) {
 	fs.StringVar(&c.label, "label", "", "label copied into the output")
 	fs.StringVar(&cpu, "cpu", "", "comma list of name=pid whose CPU use during the window is reported")
 	fs.StringVar(&compare, "compare", "", "comma list of name=URL measured side by side in alternating rounds (instead of --url); the first is the baseline of the ratios")
+	fs.StringVar(&eraList, "era", "2025", "comma list of protocol eras each mode runs on, one after the other (with --compare: every endpoint in each era, every round): "+
+		"2025 (2025-11-25: sessions, params.task, blocking tasks/result) or 2026 (2026-07-28: stateless, the tasks extension, tasks/get polled until complete)")
+	fs.DurationVar(&c.pollInterval, "poll-interval", 0, "--era 2026, create-result: wait between tasks/get polls of a task; 0 = the pollIntervalMs the server reports")
 	fs.IntVar(&c.rounds, "rounds", 10, "--compare: rounds (each runs every endpoint once, for --warmup then --duration)")
 	if err := fs.Parse(argv); err != nil {
 		return nil, err
@@ -109,6 +115,27 @@ func parseFlags(argv []string, out io.Writer) (*config, error) {
 		}
 		c.urls = append(c.urls, u)
 	}
+	for _, e := range splitList(eraList) {
+		switch e {
+		case "2025", "2025-11-25":
+			e = era2025
+		case "2026", era2026:
+			e = era2026
+		default:
+			return nil, fmt.Errorf("--era %q: want 2025 or 2026", e)
+		}
+		if slices.Contains(c.eras, e) {
+			return nil, fmt.Errorf("--era: %s twice", e)
+		}
+		c.eras = append(c.eras, e)
+	}
+	if len(c.eras) == 0 {
+		return nil, errors.New("--era: empty")
+	}
+	c.era = c.eras[0]
+	if slices.Contains(c.eras, era2026) && slices.Contains(c.modes, "mixed") {
+		return nil, errors.New("--era 2026: the mixed mode runs on the 2025 wire only")
+	}
 	if compare != "" {
 		urlSet := false
 		fs.Visit(func(f *flag.Flag) { urlSet = urlSet || f.Name == "url" })
@@ -116,7 +143,7 @@ func parseFlags(argv []string, out io.Writer) (*config, error) {
 			return nil, errors.New("--compare and --url: give one of them")
 		}
 		var err error
-		if c.compare, err = parseCompare(compare); err != nil {
+		if c.compare, err = parseCompare(compare, c.eras); err != nil {
 			return nil, err
 		}
 		if c.rounds <= 0 {
@@ -125,6 +152,9 @@ func parseFlags(argv []string, out io.Writer) (*config, error) {
 	}
 	if len(c.urls) == 0 {
 		return nil, errors.New("--url: empty")
+	}
+	if c.pollInterval < 0 {
+		return nil, errors.New("--poll-interval must not be negative")
 	}
 	if c.conc <= 0 || c.duration <= 0 || c.timeout <= 0 || c.warmup < 0 || c.tasks <= 0 || c.ttl <= 0 {
 		return nil, errors.New("-c, --duration, --timeout, --tasks, --ttl must be positive, --warmup not negative")

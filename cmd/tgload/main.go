@@ -119,22 +119,26 @@ func main() {
 	}
 	failed := false
 	for i, mode := range cfg.modes {
-		res, err := runMode(cfg, mode, stop)
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "tgload: mode %s: %v\n", mode, err)
-			os.Exit(1)
-		}
-		res.print(os.Stdout, cfg.jsonOut)
-		if res.Errors > 0 {
-			failed = true
-		}
-		select {
-		case <-stop:
-			os.Exit(130)
-		default:
-		}
-		if i < len(cfg.modes)-1 {
-			time.Sleep(500 * time.Millisecond)
+		for j, era := range cfg.eras {
+			c := *cfg
+			c.era = era
+			res, err := runMode(&c, mode, stop)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "tgload: mode %s%s: %v\n", mode, eraSuffix(era), err)
+				os.Exit(1)
+			}
+			res.print(os.Stdout, cfg.jsonOut)
+			if res.Errors > 0 {
+				failed = true
+			}
+			select {
+			case <-stop:
+				os.Exit(130)
+			default:
+			}
+			if i < len(cfg.modes)-1 || j < len(cfg.eras)-1 {
+				time.Sleep(500 * time.Millisecond)
+			}
 		}
 	}
 	if failed {

@@ -54,6 +54,9 @@ func (c *client) taskBody(id int64, method, taskID string) []byte {
 // Operations. Each checks the answer's shape.
 
 func (c *client) call(s *session) error {
+	if c.modern {
+		return c.call26(s)
+	}
 	id := c.nextID()
 	a, err := c.rpc(s, c.callBody(id, c.cfg.tool, c.cfg.args, false, ""), id, acceptBoth)
 	if err != nil {
@@ -98,6 +101,10 @@ func (c *client) create(s *session, tool string, args []byte, progress string) (
 }
 
 func (c *client) get(s *session, taskID string) (string, error) {
+	if c.modern {
+		t, err := c.get26(s, taskID)
+		return t.Status, err
+	}
 	id := c.nextID()
 	a, err := c.rpc(s, c.taskBody(id, "tasks/get", taskID), id, acceptBoth)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 // result is one mode's outcome.
 type result struct {
 	Mode        string             `json:"mode"`
+	Era         string             `json:"era,omitempty"` // the 2026 wire's version; empty: 2025-11-25
 	Label       string             `json:"label,omitempty"`
 	Targets     []string           `json:"targets"`
 	Concurrency int                `json:"concurrency"`
@@ -30,6 +31,7 @@ type result struct {
 	LastError   string             `json:"last_error,omitempty"`
 	Ops         map[string]opStats `json:"ops,omitempty"`
 	StreamNotes uint64             `json:"stream_notifications,omitempty"`
+	Inline      uint64             `json:"inline_results,omitempty"` // 2026 task calls answered before becoming tasks
 	CPU         map[string]float64 `json:"cpu_cores,omitempty"`
 }
 
@@ -54,6 +56,9 @@ func (r *result) print(out io.Writer, asJSON bool) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "mode=%s", r.Mode)
+	if r.Era != "" {
+		fmt.Fprintf(&b, " era=%s", r.Era)
+	}
 	if r.Label != "" {
 		fmt.Fprintf(&b, " label=%s", r.Label)
 	}
@@ -91,6 +96,9 @@ func (r *result) print(out io.Writer, asJSON bool) {
 			parts[i] = fmt.Sprintf("%s=%d", k, r.ErrorKinds[k])
 		}
 		fmt.Fprintf(out, "  errors: %s; last: %.300s\n", strings.Join(parts, " "), r.LastError)
+	}
+	if r.Inline > 0 {
+		fmt.Fprintf(out, "  task calls answered inline (ended before they became tasks): %d\n", r.Inline)
 	}
 	if r.StreamNotes > 0 {
 		fmt.Fprintf(out, "  stream notifications received: %d\n", r.StreamNotes)

@@ -146,7 +146,7 @@ func runMode(cfg *config, mode string, stop <-chan struct{}) (*result, error) {
 	if t := time.Now(); t.Before(win.end) { // interrupted
 		elapsed = max(t.Sub(win.start), time.Millisecond)
 	}
-	res := &result{Mode: mode, Label: cfg.label, Targets: cfg.urls, Concurrency: cfg.conc,
+	res := &result{Mode: mode, Era: eraLabel(cfg.era), Label: cfg.label, Targets: cfg.urls, Concurrency: cfg.conc,
 		DurationS: elapsed.Seconds(), ErrorKinds: map[string]uint64{}}
 	var all [numOps]hist
 	var fin [numOps]uint64
@@ -163,6 +163,7 @@ func runMode(cfg *config, mode string, stop <-chan struct{}) (*result, error) {
 			res.LastError = w.lastErr
 		}
 		res.StreamNotes += w.notes
+		res.Inline += w.inline
 	}
 	it := &all[opIter]
 	res.Requests = it.n

@@ -71,6 +71,7 @@ type worker struct {
 	lastErr  string
 	progress *atomic.Uint64 // completed iterations, for --report
 	notes    uint64         // messages seen on stream answers before their result
+	inline   uint64         // 2026 task calls answered with their result, not a task
 
 	own    []string  // get mode: this worker's tasks
 	recent []taskRef // mixed mode: recently created tasks (ring)
@@ -117,10 +118,19 @@ func (w *worker) setup(mode string) error {
 	if mode != "get" {
 		return nil
 	}
-	for range w.cfg.tasks {
-		id, err := w.c.create(w.session(0), w.cfg.tool, w.cfg.args, "")
+	// On the 2026 wire a call may be answered before it became a task;
+	// such calls are retried, a bounded number of times.
+	for tries := 0; len(w.own) < w.cfg.tasks; tries++ {
+		if tries == 20*w.cfg.tasks {
+			return fmt.Errorf("creating the tasks to poll: --tool %s answered before it became a task %d times "+
+				"(run taskgate with a shorter --promote-window, or call a slower tool)", w.cfg.tool, tries-len(w.own))
+		}
+		id, err := w.create(w.session(0), w.cfg.tool, w.cfg.args)
 		if err != nil {
 			return fmt.Errorf("creating the tasks to poll: %w", err)
+		}
+		if id == "" {
+			continue
 		}
 		w.own = append(w.own, id)
 	}
@@ -136,7 +146,7 @@ func (w *worker) iterate(mode string) error {
 		err = w.timed(opCall, func() error { return w.c.call(w.session(0)) })
 	case "create":
 		err = w.timed(opCreate, func() error {
-			_, err := w.c.create(w.session(0), w.cfg.tool, w.cfg.args, "")
+			_, err := w.create(w.session(0), w.cfg.tool, w.cfg.args)
 			return err
 		})
 	case "get":
@@ -150,6 +160,10 @@ func (w *worker) iterate(mode string) error {
 			return err
 		})
 	case "create-result":
+		if w.c.modern {
+			err = w.createPoll26()
+			break
+		}
 		var taskID string
 		err = w.timed(opCreate, func() error {
 			var err error
