@@ -41,6 +41,23 @@
 //	               creates a short slow task with a progressToken and awaits it
 //	               with an SSE tasks/result.
 //
+// --era 2026 runs the modes (all but mixed) on the MCP 2026-07-28 wire
+// instead: no initialize and no session; every request carries
+// _meta["io.modelcontextprotocol/protocolVersion"] and
+// _meta["io.modelcontextprotocol/clientCapabilities"] and the headers
+// MCP-Protocol-Version: 2026-07-28, Mcp-Method and Mcp-Name. Task calls
+// declare the extension io.modelcontextprotocol/tasks in the capabilities;
+// the answer is a CreateTaskResult (resultType "task"), or the tool's result
+// when the call ended before the server made it a task (taskgate's
+// --promote-window; counted as "inline"). create-result then polls tasks/get
+// until the task is completed, its result inline, waiting the pollIntervalMs
+// the server reports between polls (or --poll-interval); get needs calls
+// that become tasks. --era 2025,2026 runs every mode on both wires, one
+// after the other; with --compare, every endpoint is measured in both eras
+// in each round (targets name/2025 and name/2026), so one endpoint suffices:
+//
+//	tgload --mode create-result --era 2025,2026 --compare taskgate=http://127.0.0.1:8080/mcp
+//
 // Each mode runs --warmup (not recorded), then --duration. Latencies and
 // errors cover every request started inside that window (workers finish the
 // request they are in, up to --timeout); throughput counts those that also
