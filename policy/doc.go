@@ -30,4 +30,7 @@
 //
 // Parse and Load validate once; the resulting *Policy is immutable, and
 // Policy.For, called on every tools/call, does not allocate.
+//
+// The IDs cited in this package (T-28, Q-04, ...) are defined in the
+// glossary of package proxy's documentation (proxy/doc.go).
 package policy
