@@ -616,7 +616,8 @@ func TestGETStreamTaskMessages_E40(t *testing.T) {
 		}
 		phase = r
 	}
-	// The task completed with the answer; polling alone sees it (T-47).
+	// The task completed with the answer; polling alone sees it (a client
+	// must not depend on status notifications).
 	var res toolResult
 	c.result("tasks/result", map[string]any{"taskId": tk.TaskID}, &res)
 	if res.text() != "you said: north" {

@@ -193,8 +193,6 @@
 //     (Task Notifications).
 //   - T-46: a receiver may send notifications/tasks/status, carrying the
 //     whole task, when a task's status changes (Task Status Notification).
-//   - T-47: a requestor must not depend on status notifications and keeps
-//     polling tasks/get (Task Notifications).
 //   - T-48: the progressToken of the task-augmented request stays valid for
 //     the whole life of the task, also after CreateTaskResult, until the
 //     task is terminal (Task Progress Notifications).
@@ -238,7 +236,6 @@
 //     tasks/cancel is -32602 (Protocol Errors).
 //   - T-68: an invalid tasks/list cursor is -32602 (Protocol Errors).
 //   - T-70: internal errors are -32603 (Protocol Errors).
-//   - T-72: error messages should explain their cause (Protocol Errors).
 //   - T-74: where an authorization context exists, each task is bound to it
 //     (Task Isolation and Access Control).
 //   - T-75: with that binding, tasks/get, tasks/result and tasks/cancel
@@ -347,8 +344,6 @@
 //   - when the upstream negotiates a version older than 2025-11-25,
 //     tasks are not offered (L-05), unless the operator asks taskgate to
 //     bridge the version.
-//   - a notifications/cancelled for the original tools/call id after
-//     CreateTaskResult leaves the task alone (T-61).
 //   - a task's messages go to its open tasks/result stream, else to a
 //     GET stream of the owner, else wait in a bounded queue.
 //   - tasks/list returns the owner's tasks in creation order, a
@@ -361,8 +356,6 @@
 //     stream only (H-11).
 //   - lastUpdatedAt moves on any change of the task (status or
 //     statusMessage), never backwards.
-//   - the tasks/cancel answer is built from the cancelled state, so it
-//     does not depend on the task still being stored.
 //   - over a limit (the tool's concurrency, the owner's unfinished
 //     tasks) the call gets a synchronous -32603 naming the limit, and no task
 //     is created.
@@ -429,7 +422,8 @@
 //   - E-32: after the ttl of a finished task, get, result and cancel are
 //     -32602, and tasks/list no longer shows it.
 //   - E-33: notifications/cancelled for the original request id after
-//     creation leaves the task alone.
+//     creation leaves the task alone: tasks are cancelled with tasks/cancel
+//     only (T-61).
 //   - E-34: an upstream elicitation/create during a task makes it
 //     input_required (lastUpdatedAt moves); the relayed request carries
 //     related-task _meta and goes on the open tasks/result stream, else a GET
