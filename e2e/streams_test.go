@@ -248,8 +248,8 @@ func tasksResultBody(rpcID, taskID string) []byte {
 }
 
 // elicitAnswer is the client's JSON-RPC response to an elicitation/create
-// with the request's id; it carries the related-task meta as the reference
-// flow of tasks.mdx shows.
+// with the request's id; it carries the related-task meta, as in the MCP
+// 2025-11-25 tasks page's flow "Task-Augmented Tool Call With Elicitation".
 func elicitAnswer(reqID json.RawMessage, taskID, answer string) []byte {
 	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": reqID, "result": map[string]any{
 		"action": "accept", "content": map[string]any{"answer": answer},
@@ -472,8 +472,8 @@ func askFlow(t *testing.T, create, stream, answer *rawClient, colour string) {
 	}
 }
 
-// E-34, E-35, T-62..T-65: the reference flow of tasks.mdx through one
-// taskgate.
+// E-34, E-35, T-62..T-65: the MCP 2025-11-25 tasks page's flow
+// "Task-Augmented Tool Call With Elicitation" through one taskgate.
 func TestTaskInputRequired_E34_E35(t *testing.T) {
 	t.Parallel()
 	up := startLegacy(t)
