@@ -82,9 +82,15 @@ var importRules = []importRule{
 	},
 	{
 		pkgs:   []string{"proxy/sse/..."},
-		forbid: []string{"taskstore/...", "policy/...", "proxy/wire2026/..."},
+		forbid: []string{"taskstore/...", "policy/...", "capability/..."}, leavesOnly: []string{"..."},
 		future: true,
-		why:    "the SSE reader and writer are a primitive: they know no tasks",
+		why:    "the SSE reader and writer are a primitive: they know no tasks and build on leaves only",
+	},
+	{
+		pkgs:   []string{"proxy/jsonx/..."},
+		forbid: []string{"...", fasthttpPath},
+		future: true,
+		why:    "the JSON scanner and editor are the bottom of the tree: nothing of taskgate, no HTTP",
 	},
 	{
 		pkgs:   []string{"proxy/sysconn/..."},
@@ -292,6 +298,16 @@ func TestImportRuleChecker(t *testing.T) {
 				t.Errorf("rule %v: a non-leaf %s is not reported: %q", r.pkgs, dep, v)
 			}
 		}
+		// A package may always use its own subtree, even where a rule
+		// forbids every package of the module.
+		sub := from + "/sub"
+		graph := map[string]goPackage{
+			from: {ImportPath: from, Deps: []string{sub, mod + "/proxy/sysconn"}},
+			sub:  {ImportPath: sub, Deps: []string{mod + "/proxy/sysconn"}},
+		}
+		if v, _ := importViolations(mod, []importRule{{pkgs: r.pkgs, forbid: r.forbid, leavesOnly: r.leavesOnly, why: r.why}}, graph); slices.ContainsFunc(v, func(s string) bool { return strings.Contains(s, " depends on "+sub) }) {
+			t.Errorf("rule %v: its own subtree %s is refused: %q", r.pkgs, sub, v)
+		}
 		if len(r.forbid)+len(r.leavesOnly) == 0 {
 			t.Errorf("rule %v forbids nothing", r.pkgs)
 		}
@@ -305,10 +321,19 @@ func TestImportRuleChecker(t *testing.T) {
 		mod + "/taskstore/inner": {ImportPath: mod + "/taskstore/inner", Deps: []string{mod + "/taskstore"}},
 		mod + "/taskstore":       {ImportPath: mod + "/taskstore"},
 	}
+	why := func(pkg string) string {
+		for _, r := range importRules {
+			if r.pkgs[0] == pkg {
+				return r.why
+			}
+		}
+		t.Fatalf("no rule for %s", pkg)
+		return ""
+	}
 	v, _ := importViolations(mod, importRules, graph)
 	want := []string{
-		mod + "/proxy/engine depends on " + mod + "/proxy: " + importRules[0].why,
-		mod + "/proxy/wire2026 depends on github.com/valyala/fasthttp: " + importRules[4].why,
+		mod + "/proxy/engine depends on " + mod + "/proxy: " + why("..."),
+		mod + "/proxy/wire2026 depends on github.com/valyala/fasthttp: " + why("proxy/wire2026/..."),
 	}
 	if !slices.Equal(v, want) {
 		t.Errorf("violations:\n%s\nwant:\n%s", strings.Join(v, "\n"), strings.Join(want, "\n"))
