@@ -104,7 +104,7 @@
 // https://modelcontextprotocol.io/specification/2025-11-25/: the tasks page
 // basic/utilities/tasks, the transport page basic/transports, the lifecycle
 // page basic/lifecycle, basic/index, basic/utilities/progress,
-// basic/utilities/cancellation, basic/authorization and server/tools.
+// basic/utilities/cancellation and basic/authorization.
 //
 // # T: tasks (MCP 2025-11-25)
 //
@@ -134,13 +134,13 @@
 //     Support and Handling).
 //   - T-14: a receiver that accepts a task-augmented request answers with a
 //     CreateTaskResult ({"task": Task}), as soon as it has accepted it
-//     (Creating Tasks).
+//     (Result Retrieval).
 //   - T-17, T-18, T-19: a task id is a string, made by the receiver, unique
 //     among all tasks the receiver holds (Task ID Requirements).
 //   - T-20: where tasks cannot be bound to an authorization context, ids
 //     must come from a cryptographically secure source with enough entropy
-//     not to be guessed; taskgate uses 128 random bits (Task ID
-//     Requirements).
+//     not to be guessed; taskgate uses 128 random bits (Task Isolation and
+//     Access Control).
 //   - T-21: a new task starts as working (Task Status Lifecycle).
 //   - T-22: the only moves are from working to input_required, completed,
 //     failed or cancelled, and from input_required to working, completed,
@@ -151,11 +151,11 @@
 //     succeed, which includes a JSON-RPC error and, for tools/call, a
 //     CallToolResult with isError true; cancelled means stopped by
 //     tasks/cancel; input_required means the receiver waits for the
-//     requestor (Task Status Lifecycle).
-//   - T-25: a failed task should say why in statusMessage, which may appear
-//     with any status (Task Status Lifecycle).
+//     requestor (Data Types, Task Status; Task Execution Errors).
+//   - T-25: a failed task says why in statusMessage, which may appear with
+//     any status (Data Types, Task; Task Execution Errors).
 //   - T-26, T-27: every task in an answer carries createdAt and lastUpdatedAt
-//     as ISO 8601 times (Data Types, Task).
+//     as ISO 8601 times (TTL and Resource Management).
 //   - T-28: the receiver may override the ttl the requestor asked for (TTL
 //     and Resource Management).
 //   - T-29: tasks/get reports the ttl actually in force, in integer
@@ -176,14 +176,14 @@
 //     task is terminal (Result Retrieval).
 //   - T-38: a JSON-RPC error of the underlying request comes back from
 //     tasks/result as that same error; a success as a response carrying that
-//     result (Result Retrieval).
+//     result (Task Execution Errors).
 //   - T-39: the tasks/result answer has the original request's result type,
 //     CallToolResult for tools/call (Retrieving Task Results).
 //   - T-40: the tasks/result answer carries
 //     _meta["io.modelcontextprotocol/related-task"] = {"taskId": ...}, since
-//     the result itself names no task (Result Retrieval).
+//     the result itself names no task (Related Task Metadata).
 //   - T-41: a requestor may poll tasks/get while its tasks/result waits
-//     (Result Retrieval).
+//     (Retrieving Task Results).
 //   - T-42: every request, notification and response that belongs to a task
 //     carries the related-task _meta with the task's id (Associating
 //     Task-Related Messages).
@@ -197,9 +197,10 @@
 //     the whole life of the task, also after CreateTaskResult, until the
 //     task is terminal (Task Progress Notifications).
 //   - T-49: a task's progress notifications use exactly that token (Task
-//     Progress Notifications).
+//     Progress Notifications; basic/utilities/progress, Behavior
+//     Requirements).
 //   - T-50: no progress notification is sent once the task is terminal
-//     (Task Progress Notifications).
+//     (basic/utilities/progress, Behavior Requirements).
 //   - T-51: the general progress rules still hold: the progress value
 //     increases with each notification (basic/utilities/progress, Behavior
 //     Requirements).
@@ -211,15 +212,16 @@
 //     through its tasks/list (Task Listing).
 //   - T-56: an invalid or unknown tasks/list cursor is -32602 (Protocol
 //     Errors).
-//   - T-57: tasks/cancel of a terminal task is -32602 (Task Cancellation).
+//   - T-57: tasks/cancel of a terminal task is -32602 (Task Cancellation,
+//     Protocol Errors).
 //   - T-58: tasks/cancel should stop the work and must set status cancelled
 //     before it answers; the answer is the task, flat, status cancelled
 //     (Task Cancellation).
 //   - T-59: a cancelled task stays cancelled even if the work later ends
 //     (Task Cancellation).
 //   - T-61: a task-augmented request is cancelled with tasks/cancel, never
-//     with notifications/cancelled (Task Cancellation;
-//     basic/utilities/cancellation).
+//     with notifications/cancelled (basic/utilities/cancellation, Behavior
+//     Requirements).
 //   - T-62: a receiver moves a task to input_required while it has requests
 //     for the requestor that the task needs answered (Input Required Status).
 //   - T-63: such requests to the requestor (elicitation/create,
@@ -462,7 +464,8 @@
 // (overview: https://modelcontextprotocol.io/extensions/tasks/overview); the
 // stateless core it runs on in
 // https://modelcontextprotocol.io/specification/2026-07-28/basic/transports/streamable-http,
-// .../2026-07-28/server/discover and .../2026-07-28/basic/patterns/mrtr.
+// https://modelcontextprotocol.io/specification/2026-07-28/server/discover and
+// https://modelcontextprotocol.io/specification/2026-07-28/basic/patterns/mrtr.
 //
 //   - M-02: a request whose _meta protocol version differs from its
 //     MCP-Protocol-Version header is 400/-32020; an unsupported version is
@@ -502,7 +505,8 @@
 //     result, the task becomes cancelled, the upstream gets
 //     notifications/cancelled, and its late result is dropped.
 //   - M-19: tasks/cancel of a terminal task is acknowledged and changes
-//     nothing (the 2025 wire answers -32602 for the same task).
+//     nothing (the extension leaves this case open and its conformance suite
+//     expects the ack; the 2025 wire answers -32602 for the same task).
 //   - M-22: a task created on one wire is read on the other by the same
 //     owner, each in its own rendering: an isError result is failed on 2025
 //     and completed on 2026, and 2025 tasks/list includes 2026-created tasks.
