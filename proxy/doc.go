@@ -152,8 +152,8 @@
 //     CallToolResult with isError true; cancelled means stopped by
 //     tasks/cancel; input_required means the receiver waits for the
 //     requestor (Data Types, Task Status; Task Execution Errors).
-//   - T-25: a failed task says why in statusMessage, which may appear with
-//     any status (Data Types, Task; Task Execution Errors).
+//   - T-25: a failed task should say why in statusMessage, which may appear
+//     with any status (Data Types, Task; Task Execution Errors).
 //   - T-26, T-27: every task in an answer carries createdAt and lastUpdatedAt
 //     as ISO 8601 times (TTL and Resource Management).
 //   - T-28: the receiver may override the ttl the requestor asked for (TTL
