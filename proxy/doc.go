@@ -10,16 +10,16 @@
 // exact-case member names, duplicates refused, invalid JSON answered with
 // -32700 before anything reaches the upstream. What taskgate does not
 // intercept is forwarded as the original bytes on a pooled connection
-// (relay) and streamed back, SSE event by event; an answer that has already
+// and streamed back, SSE event by event; an answer that has already
 // arrived whole goes back in one write. Hop-by-hop headers are removed both
-// ways. Reads from the upstream are bounded per read (StreamIdleTimeout)
-// and per answer (StreamMaxLifetime) by the connection wrapper, never by
-// fasthttp's whole-body timeouts. Sockets use direct system calls (package
-// sysconn) unless Config.NetIO. The rewritten answers (initialize,
-// tools/list) and messages to the upstream go through a fasthttp.HostClient.
-// Every upstream connection is opened by one dial function: TCP to the
-// upstream's host, or Config.Dial, through which a stdio MCP server run by
-// package proxy/stdio is reached in process.
+// ways. Package upstream is the one client of the upstream: pass-through,
+// rewritten answers (initialize, tools/list), task calls, messages to the
+// upstream and PingUpstream all go through its Transport (Handler.up). It
+// bounds reads per read (StreamIdleTimeout) and per answer
+// (StreamMaxLifetime), uses direct system calls (package sysconn) unless
+// Config.NetIO, and opens every connection with one dial function: TCP to
+// the upstream's host, or Config.Dial, through which a stdio MCP server run
+// by package proxy/stdio is reached in process.
 //
 // Intercepted: initialize and tools/list answers are rewritten in their own
 // framing (package capability); tools/call is checked against the tool

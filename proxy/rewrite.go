@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/taskgate/taskgate/capability"
+	"github.com/taskgate/taskgate/proxy/upstream"
 )
 
 // sessionVersionTTL is how long a bridged session's upstream version is
@@ -28,7 +29,7 @@ func (h *Handler) forwardRewriting(rc *fasthttp.RequestCtx, info *reqInfo, id []
 	h.prepareUpstream(rc, &rc.Request)
 	resp := fasthttp.AcquireResponse()
 	start := time.Now()
-	err := h.hc.Do(&rc.Request, resp)
+	err := h.up.Do(&rc.Request, resp)
 	h.m.upstreamLatency.WithLabelValues(metricMethod(info.method)).Observe(time.Since(start).Seconds())
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
@@ -45,7 +46,7 @@ func (h *Handler) forwardRewriting(rc *fasthttp.RequestCtx, info *reqInfo, id []
 	}
 	rw := fn(resp)
 	resp.Header.CopyTo(&rc.Response.Header)
-	stripResponseHopByHop(&rc.Response.Header)
+	upstream.StripResponseHopByHop(&rc.Response.Header)
 	rc.Response.Header.ResetConnectionClose()
 	body := resp.BodyStream()
 	if !sse {
