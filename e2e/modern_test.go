@@ -584,3 +584,80 @@ func TestModernPlainCallAsks(t *testing.T) {
 		t.Errorf("ask without elicitation = %+v, want an error result", failed)
 	}
 }
+
+// TestModernInputAcrossReplicas: the open questions of a task running on
+// replica A are shown by replica B's tasks/get and answered through B's
+// tasks/update; an answered question is gone on both replicas right after
+// the update, and the result reads the same through either (issue 13:
+// inputRequests readable from any replica, for both upstream eras).
+func TestModernInputAcrossReplicas(t *testing.T) {
+	for _, era := range upstreamEras {
+		t.Run(era.name, func(t *testing.T) {
+			up := startLegacy(t, era.args...)
+			redisURL := "redis://" + redistest.Start(t)
+			key := "0123456789abcdef0123456789abcdef"
+			a := startTaskgate(t, up.URL, "--redis", redisURL, "--owner-key", key, "--config", conformancePolicy(t))
+			b := startTaskgate(t, up.URL, "--redis", redisURL, "--owner-key", key, "--config", conformancePolicy(t))
+			ca := newModernClient(t, a.URL, withTasks())
+			cb := newModernClient(t, b.URL, withTasks())
+
+			tk := ca.call("multi_input", map[string]any{})
+			if tk.ResultType != "task" {
+				t.Fatalf("multi_input through A = %+v, want a task", tk)
+			}
+			d := cb.waitModern(tk.TaskID, "B to show both questions", func(d detailedTask) bool { return len(d.InputRequests) == 2 })
+			if d.Status != "input_required" {
+				t.Fatalf("B's view of the task with two questions is %q", d.Status)
+			}
+			keys := map[string]string{} // property -> key
+			for k, raw := range d.InputRequests {
+				var q struct {
+					Method string `json:"method"`
+					Params struct {
+						RequestedSchema struct {
+							Properties map[string]any `json:"properties"`
+						} `json:"requestedSchema"`
+					} `json:"params"`
+				}
+				if err := json.Unmarshal(raw, &q); err != nil || q.Method != "elicitation/create" {
+					t.Fatalf("B's inputRequests[%s] = %s", k, raw)
+				}
+				for p := range q.Params.RequestedSchema.Properties {
+					keys[p] = k
+				}
+			}
+			if keys["name"] == "" || keys["confirm"] == "" {
+				t.Fatalf("questions through B = %v, want one for name and one for confirm", d.InputRequests)
+			}
+			if da := ca.get(tk.TaskID); len(da.InputRequests) != 2 || da.InputRequests[keys["name"]] == nil {
+				t.Errorf("A's view = %+v, want the same two questions as B's", da)
+			}
+			accept := func(content map[string]any) map[string]any {
+				return map[string]any{"action": "accept", "content": content}
+			}
+			// A partial answer through B: gone on both replicas at once.
+			cb.ok("tasks/update", map[string]any{"taskId": tk.TaskID, "inputResponses": map[string]any{
+				keys["name"]: accept(map[string]any{"name": "Ada"}), "unknown-key": accept(nil)}}, tk.TaskID, nil)
+			for name, c := range map[string]*modernClient{"A": ca, "B": cb} {
+				d := c.get(tk.TaskID)
+				if _, still := d.InputRequests[keys["name"]]; still || d.Status != "input_required" || len(d.InputRequests) != 1 {
+					t.Errorf("%s right after the partial update through B: %+v, want input_required with only the confirm question", name, d)
+				}
+			}
+			// The same key answered again is ignored.
+			cb.ok("tasks/update", map[string]any{"taskId": tk.TaskID, "inputResponses": map[string]any{
+				keys["name"]: accept(map[string]any{"name": "Mallory"})}}, tk.TaskID, nil)
+			cb.ok("tasks/update", map[string]any{"taskId": tk.TaskID, "inputResponses": map[string]any{
+				keys["confirm"]: accept(map[string]any{"confirm": true})}}, tk.TaskID, nil)
+			if d := cb.get(tk.TaskID); len(d.InputRequests) != 0 || d.Status == "input_required" {
+				t.Errorf("B right after the last answer: %+v, want no questions and not input_required", d)
+			}
+			for name, c := range map[string]*modernClient{"A": ca, "B": cb} {
+				d := c.waitModern(tk.TaskID, "completed via "+name, statusIs("completed"))
+				if d.Result == nil || d.Result.text() != "name=Ada confirm=true" {
+					t.Errorf("result read through %s = %+v, want the answers given through B", name, d.Result)
+				}
+			}
+		})
+	}
+}
