@@ -661,3 +661,38 @@ func TestModernInputAcrossReplicas(t *testing.T) {
 		})
 	}
 }
+
+// TestModernCacheHints: in front of a 2025-era upstream that gives no
+// cache hints (the reference "everything" server, stdio), the cacheable
+// results of the 2026 wire carry ttlMs and cacheScope (SEP-2549: what the
+// conformance suite's caching scenario checks).
+func TestModernCacheHints(t *testing.T) {
+	t.Parallel()
+	bin := npmBin(t)
+	gw := startStdioGateway(t, filepath.Join(bin, "mcp-server-everything")+" stdio")
+	c := newModernClient(t, gw.URL, map[string]any{})
+	type hinted struct {
+		TTLMs      *int64 `json:"ttlMs"`
+		CacheScope string `json:"cacheScope"`
+		Resources  []struct {
+			URI string `json:"uri"`
+		} `json:"resources"`
+	}
+	check := func(method string, params map[string]any, name string) hinted {
+		var r hinted
+		c.ok(method, params, name, &r)
+		if r.TTLMs == nil || *r.TTLMs < 0 || (r.CacheScope != "public" && r.CacheScope != "private") {
+			t.Errorf("%s: ttlMs %v, cacheScope %q; want a ttlMs >= 0 and public or private", method, r.TTLMs, r.CacheScope)
+		}
+		return r
+	}
+	check("tools/list", nil, "")
+	check("prompts/list", nil, "")
+	check("resources/templates/list", nil, "")
+	res := check("resources/list", nil, "")
+	if len(res.Resources) == 0 {
+		t.Fatalf("resources/list of the everything server lists no resources")
+	}
+	uri := res.Resources[0].URI
+	check("resources/read", map[string]any{"uri": uri}, uri)
+}
