@@ -9,12 +9,14 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -695,4 +697,71 @@ func TestModernCacheHints(t *testing.T) {
 	}
 	uri := res.Resources[0].URI
 	check("resources/read", map[string]any{"uri": uri}, uri)
+}
+
+// TestModernPlainCallAcrossReplicas: a plain 2026 call (no tasks
+// extension) to a 2025 upstream that asks two questions, answered one at a
+// time with each retry sent to the other replica: every retry that leaves
+// a question open, or meets a new one, gets an InputRequiredResult with
+// it (from the store, wherever the call runs), and the last one gets the
+// call's plain result.
+func TestModernPlainCallAcrossReplicas(t *testing.T) {
+	up := startLegacy(t, "--fixtures")
+	redisURL := "redis://" + redistest.Start(t)
+	key := "0123456789abcdef0123456789abcdef"
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte("defaults:\n  taskSupport: optional\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := startTaskgate(t, up.URL, "--redis", redisURL, "--owner-key", key, "--config", policy)
+	b := startTaskgate(t, up.URL, "--redis", redisURL, "--owner-key", key, "--config", policy)
+	caps := map[string]any{"elicitation": map[string]any{}}
+	clients := []*modernClient{newModernClient(t, a.URL, caps), newModernClient(t, b.URL, caps)}
+	answers := map[string]map[string]any{ // requested property -> answer
+		"name":    {"action": "accept", "content": map[string]any{"name": "Ada"}},
+		"confirm": {"action": "accept", "content": map[string]any{"confirm": true}},
+	}
+	type round struct {
+		ResultType    string                     `json:"resultType"`
+		InputRequests map[string]json.RawMessage `json:"inputRequests"`
+		RequestState  *string                    `json:"requestState"`
+		toolResult
+	}
+	var r round
+	clients[0].ok("tools/call", map[string]any{"name": "multi_input", "arguments": map[string]any{}}, "multi_input", &r)
+	answered := map[string]bool{}
+	for i := 1; r.ResultType == "input_required"; i++ {
+		if i > 4 || r.RequestState == nil || len(r.InputRequests) == 0 {
+			t.Fatalf("round %d = %+v, want an InputRequiredResult with questions and a requestState", i, r)
+		}
+		// Answer one question (the first in key order), through the
+		// other replica.
+		keys := slices.Sorted(maps.Keys(r.InputRequests))
+		var q struct {
+			Params struct {
+				RequestedSchema struct {
+					Properties map[string]any `json:"properties"`
+				} `json:"requestedSchema"`
+			} `json:"params"`
+		}
+		if err := json.Unmarshal(r.InputRequests[keys[0]], &q); err != nil || len(q.Params.RequestedSchema.Properties) != 1 {
+			t.Fatalf("round %d question %s = %s", i, keys[0], r.InputRequests[keys[0]])
+		}
+		var prop string
+		for p := range q.Params.RequestedSchema.Properties {
+			prop = p
+		}
+		if answered[prop] {
+			t.Fatalf("round %d asks again for %q, answered before", i, prop)
+		}
+		answered[prop] = true
+		c := clients[i%2]
+		var next round
+		c.ok("tools/call", map[string]any{"name": "multi_input", "arguments": map[string]any{},
+			"inputResponses": map[string]any{keys[0]: answers[prop]}, "requestState": *r.RequestState}, "multi_input", &next)
+		r = next
+	}
+	if len(answered) != 2 || r.ResultType != "complete" || r.text() != "name=Ada confirm=true" {
+		t.Errorf("after answering %v: %+v, want the plain result with both answers", answered, r)
+	}
 }

@@ -270,14 +270,19 @@ func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 		return
 	}
 	if next == nil {
-		// The call runs on another replica: wait for its outcome through
-		// the store (a further question of it is not surfaced here).
-		t, out, err := h.waitTerminal(h.root, owner, taskID, nil, nil)
-		if err != nil {
+		// The call runs on another replica: wait through the store for
+		// its outcome or its next open question.
+		t, out, reqs, err := w.waitRemotePlain(h.root, owner, taskID)
+		switch {
+		case err != nil:
 			w.taskError(rc, info, env.id, err)
-			return
+		case len(reqs) > 0:
+			info.outcome = "input_required"
+			state := w.signState(owner, taskID, tool, true, time.Now().Add(holdFor))
+			h.rpcResult(rc, env.id, wire2026.AppendInputRequired(nil, appendInputRequests(nil, reqs), state))
+		default:
+			w.plainOutcome(rc, info, env.id, &job{t: t, finalTask: t, finalOut: out})
 		}
-		w.plainOutcome(rc, info, env.id, &job{t: t, finalTask: t, finalOut: out})
 		return
 	}
 	if string(j.modern.openRequests()) != "{}" {
@@ -291,6 +296,48 @@ func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 	case <-next:
 		info.outcome = "input_required"
 		w.inputRequired(rc, env.id, owner, j, true)
+	}
+}
+
+// waitRemotePlain waits, through the store, until owner's task taskID (a
+// held plain call running on another process) has ended or has an open
+// question, and returns the task and its outcome, or its open questions.
+// Adding a question and changing the task both wake the task's watchers;
+// the task is also re-read every recheckInterval in case a wake-up was
+// lost.
+func (w *modernWire) waitRemotePlain(ctx context.Context, owner, taskID string) (*taskstore.Task, *taskstore.Outcome, []taskstore.InputRequest, error) {
+	h := w.h
+	wctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
+	ch, stop, err := h.store.WatchKinds(wctx, owner, taskID, taskstore.EventUpdate+taskstore.EventTerminal)
+	cancel()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer stop()
+	recheck := time.NewTicker(recheckInterval)
+	defer recheck.Stop()
+	for {
+		rctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
+		t, out, err := h.store.Outcome(rctx, owner, taskID)
+		var reqs []taskstore.InputRequest
+		if err == nil && !t.Status.Terminal() {
+			reqs, err = h.store.InputRequests(rctx, owner, taskID)
+		}
+		cancel()
+		switch {
+		case err != nil:
+			return nil, nil, nil, err
+		case t.Status.Terminal():
+			return t, out, nil, nil
+		case len(reqs) > 0:
+			return t, nil, reqs, nil
+		}
+		select {
+		case <-ch:
+		case <-recheck.C:
+		case <-ctx.Done():
+			return nil, nil, nil, ctx.Err()
+		}
 	}
 }
 

@@ -16,9 +16,10 @@ import (
 // the call through the task's inbox (TakeAnswers), like Answer's.
 type Inputs interface {
 	// AddInputRequest records req (the request as the client is to see it,
-	// stored verbatim) as open under key. It expires with the task and is
-	// deleted when the task ends. Recording a key again replaces its
-	// request. ErrTerminal if the task is terminal, ErrNotFound if missing.
+	// stored verbatim) as open under key and signals the task's Watch
+	// channel (EventUpdate). It expires with the task and is deleted when
+	// the task ends. Recording a key again replaces its request.
+	// ErrTerminal if the task is terminal, ErrNotFound if missing.
 	AddInputRequest(ctx context.Context, owner, id, key string, req []byte) error
 	// InputRequests returns the task's open input requests, ordered by
 	// key length, then key (so "in-2" comes before "in-10"). A missing or
@@ -65,7 +66,7 @@ func (s *Redis) AddInputRequest(ctx context.Context, owner, id, key string, req 
 	if !validOwner(owner) || !validID(id) {
 		return ErrNotFound
 	}
-	cmd := s.run(ctx, addInputCmd, []string{s.k.task(owner, id), s.k.inputs(owner, id)}, s.nowMS(), key, req)
+	cmd := s.run(ctx, addInputCmd, []string{s.k.task(owner, id), s.k.inputs(owner, id)}, s.nowMS(), key, req, s.k.events(owner, id))
 	return s.codeReply("add input request", id, cmd.Int64Slice)
 }
 
@@ -139,10 +140,11 @@ func (s *Redis) AnswerInputs(ctx context.Context, owner, id string, answers []In
 	return taken, int(open), nil
 }
 
-// addInputCmd records an open input request of a live, non-terminal task.
+// addInputCmd records an open input request of a live, non-terminal task
+// and publishes "u" on the task's channel.
 //
 // KEYS[1] task hash, KEYS[2] input request hash. ARGV[1] now ms, ARGV[2]
-// key, ARGV[3] request.
+// key, ARGV[3] request, ARGV[4] task channel.
 // Returns {1} recorded, {0} missing or expired, {-1} terminal. The hash
 // expires with the task.
 var addInputCmd = redis.NewScript(luaPrelude + `
@@ -152,6 +154,7 @@ if not alive(v, now) then return {0} end
 if terminal(v[1]) then return {-1} end
 redis.call("HSET", KEYS[2], ARGV[2], ARGV[3])
 redis.call("PEXPIREAT", KEYS[2], ms(expiry(v)))
+redis.call("PUBLISH", ARGV[4], "u")
 return {1}
 `)
 
@@ -217,6 +220,7 @@ func (e *Embedded) AddInputRequest(_ context.Context, owner, id, key string, req
 		t.inputs = map[string][]byte{}
 	}
 	t.inputs[key] = append([]byte(nil), req...)
+	sh.publish(t, EventUpdate)
 	return nil
 }
 

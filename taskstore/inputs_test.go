@@ -42,10 +42,17 @@ func testInputRequests(t *testing.T, b *backend) {
 		"in-2":  `{"method":"roots/list","params":{}}`,
 		"in-10": `{"method":"sampling/createMessage","params":{"maxTokens":5}}`,
 	}
+	updates, stopUpdates, err := other.WatchKinds(ctx, ownerA, task.ID, EventUpdate)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopUpdates()
 	for _, k := range []string{"in-10", "in-1", "in-2"} {
+		drain(updates)
 		if err := runner.AddInputRequest(ctx, ownerA, task.ID, k, []byte(reqs[k])); err != nil {
 			t.Fatalf("AddInputRequest(%s) = %v", k, err)
 		}
+		recv(t, updates, "AddInputRequest("+k+")")
 	}
 	got, err := other.InputRequests(ctx, ownerA, task.ID)
 	if err != nil {
