@@ -4,7 +4,8 @@ package e2e
 // through the built taskgate binary, raw HTTP, in front of a real upstream of
 // each era: legacy-mcp --fixtures (2025-11-25, sessions) and legacy-mcp
 // --fixtures --stateless --max-protocol-version 2026-07-28 (the go-sdk's
-// 2026 wire, no tasks). IDs (E-xx, X-xx) are those of the 2026 digest.
+// 2026 wire, no tasks). The M- IDs are defined in package proxy's glossary
+// (proxy/doc.go).
 
 import (
 	"bytes"
@@ -173,7 +174,7 @@ func statusIs(s string) func(detailedTask) bool {
 }
 
 // TestModernEraPerRequest: the era classifier's errors carry the HTTP status
-// and the data their schema requires (E-02, E-29), and a 2025 session on the
+// and the data their schema requires (M-02, M-29), and a 2025 session on the
 // same taskgate keeps working.
 func TestModernEraPerRequest(t *testing.T) {
 	up := startLegacy(t, "--fixtures")
@@ -210,8 +211,9 @@ func TestModernEraPerRequest(t *testing.T) {
 	legacyC.waitStatus(tk.TaskID, "completed", 10*time.Second)
 }
 
-// TestModernDiscover: server/discover offers the extension and never the
-// legacy capabilities.tasks (X-01, X-02), for both upstream eras.
+// TestModernDiscover: server/discover offers the extension (a server must
+// advertise it there to offer tasks) and never the legacy capabilities.tasks
+// (a server must not advertise both), for both upstream eras.
 func TestModernDiscover(t *testing.T) {
 	for _, era := range upstreamEras {
 		t.Run(era.name, func(t *testing.T) {
@@ -246,7 +248,7 @@ func TestModernTasks(t *testing.T) {
 			plain := newModernClient(t, gw.URL, map[string]any{})
 			stats := newStatsReader(t, up.URL)
 
-			// E-04: a required tool without the extension: -32021 with
+			// M-04: a required tool without the extension: -32021 with
 			// data, and the upstream is not called.
 			e := plain.fails("tools/call", map[string]any{"name": "failing_job", "arguments": map[string]any{}}, "failing_job", nil, 400, -32021)
 			if !strings.Contains(string(e.Data), `"requiredCapabilities":{"extensions":{"`+extTasks+`":{}}}`) {
@@ -256,7 +258,7 @@ func TestModernTasks(t *testing.T) {
 				t.Errorf("upstream ran failing_job %d times after a refused call, want 0", n)
 			}
 
-			// E-05: a legacy params.task neither errs nor promotes a
+			// M-05: a legacy params.task neither errs nor promotes a
 			// forbidden tool.
 			var greet toolResult
 			c.ok("tools/call", map[string]any{"name": "greet", "arguments": map[string]any{"name": "Ada"},
@@ -265,7 +267,8 @@ func TestModernTasks(t *testing.T) {
 				t.Errorf("greet with params.task = %+v, want the plain result", greet)
 			}
 
-			// X-13, X-14: a flat CreateTaskResult, readable at once.
+			// A flat CreateTaskResult (no task wrapper, no ttl or
+			// pollInterval), sent only once tasks/get resolves its id.
 			tk := c.call("slow_compute", map[string]any{"seconds": 1.5})
 			if tk.ResultType != "task" || tk.TaskID == "" || tk.Status != "working" || tk.TTLMs == nil || *tk.TTLMs <= 0 ||
 				tk.PollIntervalMs == nil || *tk.PollIntervalMs <= 0 || tk.Task != nil || tk.RequestState != nil {
@@ -279,20 +282,21 @@ func TestModernTasks(t *testing.T) {
 				t.Errorf("completed task = %+v, want the result inline without related-task _meta", done)
 			}
 
-			// X-19, E-10: isError is completed on this wire.
+			// M-10: isError is completed on this wire (failed is only
+			// for JSON-RPC errors).
 			fj := c.call("failing_job", map[string]any{})
 			d := c.waitModern(fj.TaskID, "terminal", func(d detailedTask) bool { return d.Status != "working" })
 			if d.Status != "completed" || d.Result == nil || !d.Result.IsError {
 				t.Errorf("failing_job = %+v, want completed with result.isError", d)
 			}
-			// E-11: a JSON-RPC error is failed, verbatim.
+			// M-11: a JSON-RPC error is failed, verbatim.
 			pj := c.call("protocol_error_job", map[string]any{})
 			d = c.waitModern(pj.TaskID, "terminal", func(d detailedTask) bool { return d.Status != "working" })
 			if d.Status != "failed" || d.Error == nil || d.Error.Code != -32603 || !strings.Contains(string(d.Error.Data), "protocol_error_job") || d.Result != nil {
 				t.Errorf("protocol_error_job = %+v, want failed with the upstream's error and data", d)
 			}
 
-			// E-18, E-19: cancel acks, also for a terminal task.
+			// M-18, M-19: cancel acks, also for a terminal task.
 			long := c.call("slow_compute", map[string]any{"seconds": 60})
 			var ack map[string]any
 			c.ok("tasks/cancel", map[string]any{"taskId": long.TaskID}, long.TaskID, &ack)
@@ -312,15 +316,15 @@ func TestModernTasks(t *testing.T) {
 				waitFor(t, 10*time.Second, "the upstream to see the cancel", func() bool { return stats.get().Cancelled >= 1 })
 			}
 
-			// E-07: capability check before lookup; unknown id -32602.
+			// M-07: capability check before lookup; unknown id -32602.
 			plain.fails("tasks/get", map[string]any{"taskId": "0123"}, "0123", nil, 400, -32021)
 			c.fails("tasks/get", map[string]any{"taskId": "00112233445566778899aabbccddeeff"}, "00112233445566778899aabbccddeeff", nil, 200, -32602)
-			// E-08: Mcp-Name must equal taskId.
+			// M-08: Mcp-Name must equal taskId.
 			c.fails("tasks/get", map[string]any{"taskId": tk.TaskID}, "not-"+tk.TaskID, nil, 400, -32020)
-			// E-09: no tasks/result, tasks/list on this wire.
+			// M-09: no tasks/result, tasks/list on this wire.
 			c.fails("tasks/result", map[string]any{"taskId": tk.TaskID}, "", nil, 404, -32601)
 			c.fails("tasks/list", nil, "", nil, 404, -32601)
-			// E-23: another owner's task is not found.
+			// M-23: another owner's task is not found.
 			other := newModernClient(t, gw.URL, withTasks())
 			other.header.Set("Authorization", "Bearer someone-else")
 			other.fails("tasks/get", map[string]any{"taskId": tk.TaskID}, tk.TaskID, nil, 200, -32602)
@@ -328,8 +332,8 @@ func TestModernTasks(t *testing.T) {
 	}
 }
 
-// TestModernInput: questions inside a task (E-13..E-16) and before it
-// (E-27), for both upstream eras.
+// TestModernInput: questions inside a task (M-13..M-16) and before it
+// (M-27), for both upstream eras.
 func TestModernInput(t *testing.T) {
 	for _, era := range upstreamEras {
 		t.Run(era.name, func(t *testing.T) {
@@ -365,7 +369,9 @@ func TestModernInput(t *testing.T) {
 			accept := func(content map[string]any) map[string]any {
 				return map[string]any{"action": "accept", "content": content}
 			}
-			// A partial answer removes its key at once (A-4); unknown keys are ignored (E-15).
+			// A partial answer removes its key at once, visible to the very
+			// next tasks/get (update and read are atomic); unknown keys are
+			// ignored (M-15).
 			c.ok("tasks/update", map[string]any{"taskId": tk.TaskID, "inputResponses": map[string]any{
 				keys["name"]: accept(map[string]any{"name": "Ada"}), "unknown-key": accept(nil)}}, tk.TaskID, nil)
 			d = c.get(tk.TaskID)
@@ -378,7 +384,7 @@ func TestModernInput(t *testing.T) {
 			if d.Result == nil || d.Result.text() != "name=Ada confirm=true" {
 				t.Errorf("multi_input result = %+v", d.Result)
 			}
-			// Keys are never reused (E-16, X-26).
+			// Keys are unique for the task's life, never reused (M-16).
 			tk2 := c.call("confirm_delete", map[string]any{"filename": "x.txt"})
 			d = c.waitModern(tk2.TaskID, "to ask", func(d detailedTask) bool { return len(d.InputRequests) == 1 })
 			for k := range d.InputRequests {
@@ -388,7 +394,7 @@ func TestModernInput(t *testing.T) {
 				t.Errorf("confirm_delete result = %+v", d.Result)
 			}
 
-			// E-27: a question before the task: InputRequiredResult with a
+			// M-27: a question before the task: InputRequiredResult with a
 			// signed requestState, then the task on the retry.
 			var round1 detailedTask
 			c.ok("tools/call", map[string]any{"name": "test_tool_with_task", "arguments": map[string]any{}}, "test_tool_with_task", &round1)
@@ -429,7 +435,7 @@ func TestModernInput(t *testing.T) {
 
 // TestModernAndLegacyShareTasks: a 2025 session and a 2026 client of the
 // same owner on one taskgate see each other's tasks, each in its own era's
-// rendering (E-22): isError reads failed in 2025 and completed in 2026, and
+// rendering (M-22): isError reads failed in 2025 and completed in 2026, and
 // 2025 tasks/list includes the task created on the 2026 wire.
 func TestModernAndLegacyShareTasks(t *testing.T) {
 	up := startLegacy(t, "--fixtures")
@@ -474,7 +480,7 @@ func TestModernAndLegacyShareTasks(t *testing.T) {
 }
 
 // TestModernTwoReplicas: a task created through one replica is read,
-// answered and cancelled through another on the 2026 wire (E-06).
+// answered and cancelled through another on the 2026 wire (M-06).
 func TestModernTwoReplicas(t *testing.T) {
 	up := startLegacy(t, "--fixtures")
 	redisURL := "redis://" + redistest.Start(t)
@@ -553,7 +559,7 @@ func TestConformance(t *testing.T) {
 // TestModernPlainCallAsks: a plain 2026 call (no tasks extension) whose 2025
 // upstream asks the user mid-call gets an InputRequiredResult with a signed
 // requestState; the retry with the answer gets the call's plain result
-// (digest §1.3: the upstream's question bridged to the 2026 wire).
+// (the upstream's question bridged to the 2026 wire).
 func TestModernPlainCallAsks(t *testing.T) {
 	up := startLegacy(t, "--fixtures")
 	gw := startTaskgate(t, up.URL, "--config", conformancePolicy(t))

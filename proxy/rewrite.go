@@ -61,6 +61,12 @@ func (h *Handler) forwardRewriting(rc *fasthttp.RequestCtx, info *reqInfo, id []
 	}
 	rc.Response.ImmediateHeaderFlush = true
 	max, lifetime := h.cfg.MaxResultSize, h.cfg.StreamMaxLifetime
+	// fasthttp runs this writer after forwardRewriting has returned, and
+	// from then on rc, its Request, Response and headers are fasthttp's
+	// (it writes the headers, then reuses the buffers). The writer touches
+	// only what it owns: resp and body (the upstream answer, released when
+	// it returns), rw (whose captures are copies), max and lifetime; w is
+	// valid until the writer returns.
 	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer fasthttp.ReleaseResponse(resp)
 		defer resp.CloseBodyStream() //nolint:errcheck // nothing to do about it

@@ -302,6 +302,11 @@ func (h *Handler) getStream(rc *fasthttp.RequestCtx, info *reqInfo) {
 	info.outcome = "stream"
 	rc.Response.ImmediateHeaderFlush = true
 	sess := h.sessionKey(sid)
+	// The stream writer below runs after the handler has returned, when rc,
+	// its Request, Response and headers are fasthttp's: it never touches
+	// them. It uses copies and values it owns (owner, sess, se, upstream
+	// with done, cancel and abort) and conn, only to see the client leave,
+	// until it returns; w is valid until then too.
 	conn := rc.Conn()
 	se := h.beginStream(info)
 	h.wg.Add(1)

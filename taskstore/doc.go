@@ -87,4 +87,7 @@
 // Finish keeps the notifications queued before it). The session is read
 // from the task hash inside the scripts, which build the session keys from
 // owner-slot prefixes passed as arguments (like listCmd's task keys).
+//
+// The IDs cited in this package (T-23, Q-19, ...) are defined in the
+// glossary of package proxy's documentation (proxy/doc.go).
 package taskstore

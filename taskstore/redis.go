@@ -382,8 +382,8 @@ func (s *Redis) Finish(ctx context.Context, owner, id string, st Status, msg str
 }
 
 // Cancel implements Store like Finish with status cancelled and no outcome.
-// msg replaces the status message. The returned task is the cancelled state
-//
+// msg replaces the status message. The returned task is the cancelled state,
+// so the tasks/cancel answer does not depend on the task still being stored.
 func (s *Redis) Cancel(ctx context.Context, owner, id, msg string) (*Task, error) {
 	ctx, cancel := bound(ctx, s.opTimeout)
 	defer cancel()
