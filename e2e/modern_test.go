@@ -10,12 +10,14 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -588,5 +590,184 @@ func TestModernPlainCallAsks(t *testing.T) {
 	bare.ok("tools/call", map[string]any{"name": "ask", "arguments": map[string]any{"question": "?"}}, "ask", &failed)
 	if !failed.IsError {
 		t.Errorf("ask without elicitation = %+v, want an error result", failed)
+	}
+}
+
+// TestModernInputAcrossReplicas: the open questions of a task running on
+// replica A are shown by replica B's tasks/get and answered through B's
+// tasks/update; an answered question is gone on both replicas right after
+// the update, and the result reads the same through either (issue 13:
+// inputRequests readable from any replica, for both upstream eras).
+func TestModernInputAcrossReplicas(t *testing.T) {
+	for _, era := range upstreamEras {
+		t.Run(era.name, func(t *testing.T) {
+			up := startLegacy(t, era.args...)
+			redisURL := "redis://" + redistest.Start(t)
+			key := "0123456789abcdef0123456789abcdef"
+			a := startTaskgate(t, up.URL, "--redis", redisURL, "--owner-key", key, "--config", conformancePolicy(t))
+			b := startTaskgate(t, up.URL, "--redis", redisURL, "--owner-key", key, "--config", conformancePolicy(t))
+			ca := newModernClient(t, a.URL, withTasks())
+			cb := newModernClient(t, b.URL, withTasks())
+
+			tk := ca.call("multi_input", map[string]any{})
+			if tk.ResultType != "task" {
+				t.Fatalf("multi_input through A = %+v, want a task", tk)
+			}
+			d := cb.waitModern(tk.TaskID, "B to show both questions", func(d detailedTask) bool { return len(d.InputRequests) == 2 })
+			if d.Status != "input_required" {
+				t.Fatalf("B's view of the task with two questions is %q", d.Status)
+			}
+			keys := map[string]string{} // property -> key
+			for k, raw := range d.InputRequests {
+				var q struct {
+					Method string `json:"method"`
+					Params struct {
+						RequestedSchema struct {
+							Properties map[string]any `json:"properties"`
+						} `json:"requestedSchema"`
+					} `json:"params"`
+				}
+				if err := json.Unmarshal(raw, &q); err != nil || q.Method != "elicitation/create" {
+					t.Fatalf("B's inputRequests[%s] = %s", k, raw)
+				}
+				for p := range q.Params.RequestedSchema.Properties {
+					keys[p] = k
+				}
+			}
+			if keys["name"] == "" || keys["confirm"] == "" {
+				t.Fatalf("questions through B = %v, want one for name and one for confirm", d.InputRequests)
+			}
+			if da := ca.get(tk.TaskID); len(da.InputRequests) != 2 || da.InputRequests[keys["name"]] == nil {
+				t.Errorf("A's view = %+v, want the same two questions as B's", da)
+			}
+			accept := func(content map[string]any) map[string]any {
+				return map[string]any{"action": "accept", "content": content}
+			}
+			// A partial answer through B: gone on both replicas at once.
+			cb.ok("tasks/update", map[string]any{"taskId": tk.TaskID, "inputResponses": map[string]any{
+				keys["name"]: accept(map[string]any{"name": "Ada"}), "unknown-key": accept(nil)}}, tk.TaskID, nil)
+			for name, c := range map[string]*modernClient{"A": ca, "B": cb} {
+				d := c.get(tk.TaskID)
+				if _, still := d.InputRequests[keys["name"]]; still || d.Status != "input_required" || len(d.InputRequests) != 1 {
+					t.Errorf("%s right after the partial update through B: %+v, want input_required with only the confirm question", name, d)
+				}
+			}
+			// The same key answered again is ignored.
+			cb.ok("tasks/update", map[string]any{"taskId": tk.TaskID, "inputResponses": map[string]any{
+				keys["name"]: accept(map[string]any{"name": "Mallory"})}}, tk.TaskID, nil)
+			cb.ok("tasks/update", map[string]any{"taskId": tk.TaskID, "inputResponses": map[string]any{
+				keys["confirm"]: accept(map[string]any{"confirm": true})}}, tk.TaskID, nil)
+			if d := cb.get(tk.TaskID); len(d.InputRequests) != 0 || d.Status == "input_required" {
+				t.Errorf("B right after the last answer: %+v, want no questions and not input_required", d)
+			}
+			for name, c := range map[string]*modernClient{"A": ca, "B": cb} {
+				d := c.waitModern(tk.TaskID, "completed via "+name, statusIs("completed"))
+				if d.Result == nil || d.Result.text() != "name=Ada confirm=true" {
+					t.Errorf("result read through %s = %+v, want the answers given through B", name, d.Result)
+				}
+			}
+		})
+	}
+}
+
+// TestModernCacheHints: in front of a 2025-era upstream that gives no
+// cache hints (the reference "everything" server, stdio), the cacheable
+// results of the 2026 wire carry ttlMs and cacheScope (SEP-2549: what the
+// conformance suite's caching scenario checks).
+func TestModernCacheHints(t *testing.T) {
+	t.Parallel()
+	bin := npmBin(t)
+	gw := startStdioGateway(t, filepath.Join(bin, "mcp-server-everything")+" stdio")
+	c := newModernClient(t, gw.URL, map[string]any{})
+	type hinted struct {
+		TTLMs      *int64 `json:"ttlMs"`
+		CacheScope string `json:"cacheScope"`
+		Resources  []struct {
+			URI string `json:"uri"`
+		} `json:"resources"`
+	}
+	check := func(method string, params map[string]any, name string) hinted {
+		var r hinted
+		c.ok(method, params, name, &r)
+		if r.TTLMs == nil || *r.TTLMs < 0 || (r.CacheScope != "public" && r.CacheScope != "private") {
+			t.Errorf("%s: ttlMs %v, cacheScope %q; want a ttlMs >= 0 and public or private", method, r.TTLMs, r.CacheScope)
+		}
+		return r
+	}
+	check("tools/list", nil, "")
+	check("prompts/list", nil, "")
+	check("resources/templates/list", nil, "")
+	res := check("resources/list", nil, "")
+	if len(res.Resources) == 0 {
+		t.Fatalf("resources/list of the everything server lists no resources")
+	}
+	uri := res.Resources[0].URI
+	check("resources/read", map[string]any{"uri": uri}, uri)
+}
+
+// TestModernPlainCallAcrossReplicas: a plain 2026 call (no tasks
+// extension) to a 2025 upstream that asks two questions, answered one at a
+// time with each retry sent to the other replica: every retry that leaves
+// a question open, or meets a new one, gets an InputRequiredResult with
+// it (from the store, wherever the call runs), and the last one gets the
+// call's plain result.
+func TestModernPlainCallAcrossReplicas(t *testing.T) {
+	up := startLegacy(t, "--fixtures")
+	redisURL := "redis://" + redistest.Start(t)
+	key := "0123456789abcdef0123456789abcdef"
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte("defaults:\n  taskSupport: optional\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := startTaskgate(t, up.URL, "--redis", redisURL, "--owner-key", key, "--config", policy)
+	b := startTaskgate(t, up.URL, "--redis", redisURL, "--owner-key", key, "--config", policy)
+	caps := map[string]any{"elicitation": map[string]any{}}
+	clients := []*modernClient{newModernClient(t, a.URL, caps), newModernClient(t, b.URL, caps)}
+	answers := map[string]map[string]any{ // requested property -> answer
+		"name":    {"action": "accept", "content": map[string]any{"name": "Ada"}},
+		"confirm": {"action": "accept", "content": map[string]any{"confirm": true}},
+	}
+	type round struct {
+		ResultType    string                     `json:"resultType"`
+		InputRequests map[string]json.RawMessage `json:"inputRequests"`
+		RequestState  *string                    `json:"requestState"`
+		toolResult
+	}
+	var r round
+	clients[0].ok("tools/call", map[string]any{"name": "multi_input", "arguments": map[string]any{}}, "multi_input", &r)
+	answered := map[string]bool{}
+	for i := 1; r.ResultType == "input_required"; i++ {
+		if i > 4 || r.RequestState == nil || len(r.InputRequests) == 0 {
+			t.Fatalf("round %d = %+v, want an InputRequiredResult with questions and a requestState", i, r)
+		}
+		// Answer one question (the first in key order), through the
+		// other replica.
+		keys := slices.Sorted(maps.Keys(r.InputRequests))
+		var q struct {
+			Params struct {
+				RequestedSchema struct {
+					Properties map[string]any `json:"properties"`
+				} `json:"requestedSchema"`
+			} `json:"params"`
+		}
+		if err := json.Unmarshal(r.InputRequests[keys[0]], &q); err != nil || len(q.Params.RequestedSchema.Properties) != 1 {
+			t.Fatalf("round %d question %s = %s", i, keys[0], r.InputRequests[keys[0]])
+		}
+		var prop string
+		for p := range q.Params.RequestedSchema.Properties {
+			prop = p
+		}
+		if answered[prop] {
+			t.Fatalf("round %d asks again for %q, answered before", i, prop)
+		}
+		answered[prop] = true
+		c := clients[i%2]
+		var next round
+		c.ok("tools/call", map[string]any{"name": "multi_input", "arguments": map[string]any{},
+			"inputResponses": map[string]any{keys[0]: answers[prop]}, "requestState": *r.RequestState}, "multi_input", &next)
+		r = next
+	}
+	if len(answered) != 2 || r.ResultType != "complete" || r.text() != "name=Ada confirm=true" {
+		t.Errorf("after answering %v: %+v, want the plain result with both answers", answered, r)
 	}
 }

@@ -302,9 +302,24 @@ func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 	if err != nil {
 		out = msg
 	}
+	if cacheableMethod(env.method) {
+		if hinted, err := capability.AddCacheHints(out); err == nil {
+			out = hinted
+		}
+	}
 	rc.SetStatusCode(fasthttp.StatusOK)
 	rc.Response.Header.SetContentType("application/json")
 	rc.SetBody(out)
+}
+
+// cacheableMethod reports whether results of method carry cache hints
+// (ttlMs, cacheScope) on the 2026 wire.
+func cacheableMethod(method string) bool {
+	switch method {
+	case methodToolsList, "prompts/list", "resources/list", "resources/templates/list", "resources/read":
+		return true
+	}
+	return false
 }
 
 // bridgeSessions holds the upstream sessions of 2026 clients in front of

@@ -1,9 +1,11 @@
 // Package taskstore keeps MCP tasks (2025-11-25) and their outcomes.
 //
-// Store is the interface the proxy uses, the union of five role
+// Store is the interface the proxy uses, the union of its role
 // interfaces: Tasks (create, read, change, list), Leases (renew, recover),
 // Events (Watch, WatchKinds, WatchSession), Mailboxes (queued messages,
-// pending requests, answers) and SessionRecords. Two implementations keep
+// pending requests, answers), Inputs (a task's open input requests, read
+// and answered from any replica), SessionVersions and SessionRecords. Two
+// implementations keep
 // the same contract, checked by one store suite that runs on both (and on
 // miniredis, a real redis-server and a Redis Cluster):
 //

@@ -420,7 +420,8 @@ func (s *Redis) terminate(ctx context.Context, op, owner, id string, st Status, 
 
 // terminateKeys are terminateCmd's KEYS.
 func (s *Redis) terminateKeys(owner, id string) []string {
-	return []string{s.k.task(owner, id), s.k.live(owner), s.k.queue(owner, id), s.k.inbox(owner, id), s.k.listening(owner, id)}
+	return []string{s.k.task(owner, id), s.k.live(owner), s.k.queue(owner, id), s.k.inbox(owner, id), s.k.listening(owner, id),
+		s.k.inputs(owner, id)}
 }
 
 // taskReply maps a {code, meta...} script reply.
