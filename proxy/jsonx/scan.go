@@ -5,8 +5,8 @@ import (
 	"unicode/utf8"
 )
 
-// MaxDepth bounds JSON nesting for a Scanner whose Max is 0, so that hostile
-// input cannot exhaust the stack.
+// MaxDepth bounds JSON nesting for a Scanner, so that hostile input cannot
+// exhaust the stack.
 const MaxDepth = 512
 
 // EncodingJSONDepth is the nesting limit of encoding/json (json.Valid and
@@ -24,29 +24,28 @@ var (
 )
 
 // Scanner validates and skips JSON values in place without allocating. It
-// is stricter than encoding/json only in its depth limit (Max, MaxDepth
-// when 0); it accepts exactly RFC 8259 otherwise. Strings are not checked
-// for UTF-8 validity: the reader of the value decides what to do with them.
+// is stricter than encoding/json only in its depth limit (MaxDepth; see
+// ValidDepth for another); it accepts exactly RFC 8259 otherwise. Strings
+// are not checked for UTF-8 validity: the reader of the value decides what
+// to do with them.
 //
 // B is the input and I the read position: callers that walk a container
 // themselves (a batch, an array) move I over the punctuation they consume.
 type Scanner struct {
-	B     []byte
-	I     int
-	Max   int // nesting limit; 0 means MaxDepth
-	depth int
+	B []byte
+	I int
+	// depth counts open containers from base; the limit is always
+	// depth > MaxDepth (one comparison with a constant on the hot path), so
+	// a limit of max starts depth at base = MaxDepth-max.
+	depth, base int
 }
 
 // Depth is the current nesting depth (0 after a balanced value).
-func (s *Scanner) Depth() int { return s.depth }
+func (s *Scanner) Depth() int { return s.depth - s.base }
 
 func (s *Scanner) enter() error {
 	s.depth++
-	limit := s.Max
-	if limit == 0 {
-		limit = MaxDepth
-	}
-	if s.depth > limit {
+	if s.depth > MaxDepth {
 		return ErrTooDeep
 	}
 	return nil
@@ -58,7 +57,7 @@ func Valid(b []byte) error { return ValidDepth(b, MaxDepth) }
 
 // ValidDepth is Valid with the nesting limit max.
 func ValidDepth(b []byte, max int) error {
-	s := Scanner{B: b, Max: max}
+	s := Scanner{B: b, depth: MaxDepth - max, base: MaxDepth - max}
 	if _, err := s.Value(); err != nil {
 		return err
 	}
