@@ -4,8 +4,11 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/taskgate/taskgate/proxy/engine"
 )
 
 // Metrics are the Prometheus collectors of a Handler. Create them once per
@@ -146,4 +149,19 @@ func metricMethod(m string) string {
 		return m
 	}
 	return "other"
+}
+
+// engineHooks reports the task engine's events as this Handler's metrics.
+func (h *Handler) engineHooks() engine.Hooks {
+	return engine.Hooks{
+		TaskEvent: h.taskEvent,
+		TaskDuration: func(tool, status string, age time.Duration) {
+			h.m.taskDur.WithLabelValues(h.toolLabel(tool), status).Observe(age.Seconds())
+		},
+		CallDuration: func(tool string, d time.Duration) {
+			h.m.callDur.WithLabelValues(h.toolLabel(tool)).Observe(d.Seconds())
+		},
+		Running:     func(delta int64) { h.m.runningNow.Add(delta) },
+		RateLimited: h.m.rateLimited.Inc,
+	}
 }
