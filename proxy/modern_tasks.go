@@ -11,7 +11,6 @@ import (
 
 	"github.com/taskgate/taskgate/capability"
 	"github.com/taskgate/taskgate/policy"
-	"github.com/taskgate/taskgate/proxy/engine"
 	"github.com/taskgate/taskgate/proxy/wire2026"
 	"github.com/taskgate/taskgate/taskstore"
 )
@@ -166,9 +165,7 @@ func (w *modernWire) expireHold(j *job) {
 		if j.modern.answeredAny() || h.root.Err() != nil {
 			return
 		}
-		_, err := h.store.Cancel(h.root, j.Task.Owner, j.Task.ID, "the client did not answer the questions before its requestState expired")
-		if err == nil {
-			j.Abort(engine.ErrCancelledByClient)
+		if h.eng.Withdraw(h.root, &j.Job, "the client did not answer the questions before its requestState expired") == nil {
 			h.log.Info().Str(logTaskID, j.Task.ID).Msg("held call cancelled: its requestState expired unanswered")
 		}
 	})
@@ -432,7 +429,7 @@ func toWireTask(t *taskstore.Task) wire2026.Task {
 func (w *modernWire) answer(owner, taskID string, responses []byte) (*taskstore.Task, error) {
 	h := w.h
 	ctx := h.root
-	t, err := h.store.Get(ctx, owner, taskID)
+	t, err := h.eng.Task(ctx, owner, taskID)
 	if err != nil || t.Status.Terminal() {
 		return t, err
 	}
@@ -447,7 +444,7 @@ func (w *modernWire) answer(owner, taskID string, responses []byte) (*taskstore.
 		return t, nil
 	}
 	for _, a := range answers {
-		_, err := h.store.Answer(ctx, owner, modernSession(taskID), a.key, appendAnswer(nil, a.key, a.val))
+		_, err := h.eng.Answer(ctx, owner, modernSession(taskID), a.key, appendAnswer(nil, a.key, a.val))
 		if err != nil && !errors.Is(err, taskstore.ErrNotFound) {
 			return nil, err
 		}

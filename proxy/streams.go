@@ -11,6 +11,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/taskgate/taskgate/proxy/engine"
 	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/taskstore"
 )
@@ -295,12 +296,13 @@ func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	group := streamGroup(owner)
-	events, stop, err := h.store.WatchSession(ctx, owner, group)
-	if err != nil {
+	var events <-chan taskstore.SessionEvent
+	if mail, err := h.eng.WatchOwner(ctx, owner, group); err != nil {
 		h.log.Warn().Err(err).Msg("GET stream without task messages: subscribing failed")
-		events, stop = nil, func() {}
+	} else {
+		defer mail.Stop()
+		events = mail.Events()
 	}
-	defer stop()
 	var open []openQuestion
 	defer func() {
 		if len(open) > 0 {
@@ -344,32 +346,18 @@ func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.
 		return
 	}
 
+	// write delivers one message of taskID to the client.
+	write := func(taskID string, m taskstore.Message) bool {
+		if _, err := w.Write(appendSSE(nil, "", m.Data)); err != nil || w.Flush() != nil {
+			return false
+		}
+		open = noteQuestion(open, taskID, m.Data)
+		return true
+	}
 	drain := func(taskID string) bool {
-		msgs, err := h.store.Drain(ctx, owner, taskID)
-		if err != nil {
-			return true
-		}
-		for i, m := range msgs {
-			if _, err := w.Write(appendSSE(nil, "", m.Data)); err != nil || w.Flush() != nil {
-				_ = h.store.Requeue(context.Background(), owner, taskID, msgs[i:])
-				return false
-			}
-			open = noteQuestion(open, taskID, m.Data)
-		}
-		return true
+		return h.eng.DeliverQueued(ctx, owner, taskID, func(m taskstore.Message) bool { return write(taskID, m) })
 	}
-	rescan := func() bool {
-		ids, err := h.store.QueuedTasks(ctx, owner, group)
-		if err != nil {
-			return true
-		}
-		for _, id := range ids {
-			if !drain(id) {
-				return false
-			}
-		}
-		return true
-	}
+	rescan := func() bool { return h.eng.DeliverAllQueued(ctx, owner, group, write) }
 	if events != nil && !rescan() {
 		return
 	}
@@ -397,7 +385,7 @@ func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.
 			case 'q':
 				ok = drain(ev.TaskID)
 			case 's':
-				t, err := h.store.Get(ctx, owner, ev.TaskID)
+				t, err := h.eng.Task(ctx, owner, ev.TaskID)
 				if err == nil {
 					_, werr := w.Write(appendSSE(nil, "", appendStatusNotification(nil, t)))
 					ok = werr == nil && w.Flush() == nil
@@ -446,25 +434,20 @@ func (h *Handler) attributeQuestion(ctx context.Context, owner, sess string, msg
 	if group == "" || sess == "" {
 		return false
 	}
-	rec, err := h.store.Session(ctx, sess)
-	if err != nil || len(rec.Tasks) != 1 {
+	taskID, ok := h.eng.OnlyTaskOn(ctx, sess)
+	if !ok {
 		return false
 	}
-	taskID := rec.Tasks[0]
 	out, qid, err := asQuestion(msg, env.id, taskID)
 	if err != nil {
 		return false
 	}
-	// AddPending refuses a task of another owner (not found) or one that
+	// The engine refuses a task of another owner (not found) or one that
 	// ended; the question then passes through.
-	if err := h.store.AddPending(ctx, owner, group, canonicalID(qid), taskID); err != nil {
-		return false
-	}
-	if _, err := h.store.Update(ctx, owner, taskID, taskstore.InputRequired, "waiting for the client to answer "+env.method); err != nil {
-		h.log.Debug().Err(err).Msg("moving the task to input_required failed")
-	}
-	if _, err := h.store.Enqueue(ctx, owner, taskID, taskstore.KindRequest, out, h.cfg.QueueMax); err != nil {
-		h.log.Warn().Err(err).Str(logTaskID, taskID).Msg("queueing a question of the upstream's GET stream failed")
+	if err := h.eng.AskFor(ctx, owner, group, taskID, canonicalID(qid), env.method, out); err != nil {
+		if !errors.Is(err, engine.ErrNotPending) {
+			h.log.Warn().Err(err).Str(logTaskID, taskID).Msg("queueing a question of the upstream's GET stream failed")
+		}
 		return false
 	}
 	h.log.Info().Str(logTaskID, taskID).Str(logRPCMethod, env.method).

@@ -674,7 +674,7 @@ func resultError(id []byte, err error) []byte {
 // with the original request id. The owner check is the store lookup.
 func (h *Handler) resumeResult(rc *fasthttp.RequestCtx, info *reqInfo, taskID string, rpcID []byte) {
 	owner, _ := h.owner(&rc.Request.Header)
-	_, err := h.store.Get(h.root, owner, taskID)
+	_, err := h.eng.Task(h.root, owner, taskID)
 	if err != nil {
 		status := fasthttp.StatusNotFound
 		if !errors.Is(err, taskstore.ErrNotFound) {
@@ -732,13 +732,10 @@ func (h *Handler) startResultStream(rc *fasthttp.RequestCtx, info *reqInfo, id [
 // its listener, delivering its queued messages as they come, and ends the
 // stream with the result. It returns the request's outcome.
 func (h *Handler) resultStreamBody(ctx context.Context, w *bufio.Writer, evID string, id []byte, owner, taskID string, left *atomic.Bool) string {
-	listen := func(ttl time.Duration) {
-		_ = h.store.SetListening(context.Background(), owner, taskID, ttl)
-	}
-	listen(listeningTTLKeepAlive * h.cfg.KeepAlive)
-	defer listen(0)
+	h.eng.Listen(owner, taskID, listeningTTLKeepAlive*h.cfg.KeepAlive)
+	defer h.eng.Listen(owner, taskID, 0)
 	keep := func() bool {
-		listen(listeningTTLKeepAlive * h.cfg.KeepAlive)
+		h.eng.Listen(owner, taskID, listeningTTLKeepAlive*h.cfg.KeepAlive)
 		_, err := w.WriteString(": keep-alive\n\n")
 		return err == nil && w.Flush() == nil
 	}
