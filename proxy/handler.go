@@ -68,8 +68,8 @@ type Config struct {
 	KeepAlive time.Duration
 	// Lease bounds how long a task whose runner died (a killed process)
 	// stays working: another process sharing the store fails it at most
-	// Lease after the runner's last renewal (leaseTTL, leaseSkew,
-	// leaseCheck). Default 15s.
+	// Lease after the runner's last renewal (engine.LeaseTTL,
+	// engine.LeaseSkew, engine.LeaseCheck). Default 15s.
 	Lease time.Duration
 	// MaxTasksPerOwner caps an owner's unfinished tasks. Default 100; <0 = none.
 	MaxTasksPerOwner int

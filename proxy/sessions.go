@@ -221,7 +221,7 @@ func (h *Handler) loadBinding(sid []byte, prev binding, had bool, now time.Time)
 // by sessionAllowed). It reports false when the DELETE is to be forwarded:
 // no task call runs on the session. Else the session is marked closing and
 // taskgate answers 204 itself; the last call's runner ends the session
-// upstream (endSessionTask).
+// upstream (the engine, then closeUpstreamSession).
 func (h *Handler) deleteSession(rc *fasthttp.RequestCtx, info *reqInfo) bool {
 	sid := rc.Request.Header.Peek(headerSessionID)
 	if len(sid) == 0 || h.native.Load() {

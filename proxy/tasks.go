@@ -436,7 +436,7 @@ func appendTaskPolled(dst []byte, t *taskstore.Task, thrifty bool) []byte {
 // An owner that has spent more than half of its rate-limit burst is told
 // the policy's value too: a client that follows the short intervals of
 // many young tasks at once would otherwise run into the rate limit
-// (rateLimiter.low).
+// (engine.Thrifty).
 const (
 	pollStart  = 5 * time.Millisecond
 	pollGrowth = 40
@@ -580,7 +580,7 @@ func (h *Handler) localResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte,
 	owner, taskID := j.Task.Owner, j.Task.ID
 	hdr := &rc.Request.Header
 	if !acceptsSSE(hdr) {
-		h.awaitResult(rc, info, id, owner, taskID, false) // localSettled
+		h.awaitResult(rc, info, id, owner, taskID, false) // waits through the runner (engine.WaitTerminal)
 		return
 	}
 	if !j.Queued() {
