@@ -253,7 +253,6 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	store = &meteredStore{Store: store, dur: m.storeDur, errs: m.storeErrs}
 	h := &Handler{
 		cfg:     cfg,
 		store:   store,

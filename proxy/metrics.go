@@ -163,5 +163,11 @@ func (h *Handler) engineHooks() engine.Hooks {
 		},
 		Running:     func(delta int64) { h.m.runningNow.Add(delta) },
 		RateLimited: h.m.rateLimited.Inc,
+		StoreOp: func(op string, d time.Duration, failed bool) {
+			h.m.storeDur.WithLabelValues(op).Observe(d.Seconds())
+			if failed {
+				h.m.storeErrs.WithLabelValues(op).Inc()
+			}
+		},
 	}
 }

@@ -57,6 +57,11 @@ type Hooks struct {
 	Running func(delta int64)
 	// RateLimited counts a task operation refused by Allow.
 	RateLimited func()
+	// StoreOp observes one store operation of the engine (op: "create",
+	// "get", "finish", "cancel", "outcome", "list", "renew", "recover",
+	// "enqueue", "drain", "answer") and whether it failed (an answer the
+	// store's contract foresees, such as not found, is no failure).
+	StoreOp func(op string, d time.Duration, failed bool)
 }
 
 func (h *Hooks) event(event, tool string) {
@@ -103,6 +108,9 @@ type Engine struct {
 // New returns an Engine that stores tasks in store and runs their calls
 // through up, and starts its lease recovery loop. log must outlive it.
 func New(cfg Config, store taskstore.Store, log *zerolog.Logger, up Upstream, hooks Hooks) *Engine {
+	if hooks.StoreOp != nil {
+		store = &meteredStore{Store: store, obs: hooks.StoreOp}
+	}
 	e := &Engine{cfg: cfg, store: store, log: log, up: up, hooks: hooks,
 		limiter: newRateLimiter(cfg.TaskRate, cfg.TaskBurst, 65536)}
 	// The root's cause reaches every running call (their contexts derive
