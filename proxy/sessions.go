@@ -234,7 +234,7 @@ func (h *Handler) deleteSession(rc *fasthttp.RequestCtx, info *reqInfo) bool {
 		h.eng.CancelOwnerTasks(owner, msgSessionEnded)
 		return false
 	}
-	deferred, err := h.store.CloseSession(h.root, h.sessionKey(sid))
+	deferred, err := h.eng.EndSession(h.root, h.sessionKey(sid))
 	if err != nil {
 		h.log.Warn().Err(err).Msg("ending the session in the store failed; its running tasks would fail: refusing the DELETE")
 		info.outcome = "store_unavailable"

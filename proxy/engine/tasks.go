@@ -160,6 +160,15 @@ func (e *Engine) startSessionTask(j *Job) {
 	}
 }
 
+// EndSession records that the client ended upstream session sess (its
+// store key). When task calls still run on it, the session is marked
+// closing and deferred is true: the runner of the last call has the
+// upstream end it (Upstream.CloseSession). Else the session's record is
+// gone and the caller ends the session upstream itself.
+func (e *Engine) EndSession(ctx context.Context, sess string) (deferred bool, err error) {
+	return e.store.CloseSession(ctx, sess)
+}
+
 // endSessionTask removes j's call from its session and, when it was the
 // last call of a session its client ended, has the upstream end it.
 func (e *Engine) endSessionTask(j *Job) {
