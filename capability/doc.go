@@ -21,4 +21,7 @@
 // On [ErrMalformed] the caller forwards the original bytes unchanged; for
 // tools/list that leaves every tool at the default taskSupport "forbidden",
 // so clients do not use tasks (fail closed).
+//
+// The IDs cited in this package (T-08, P-01, ...) are defined in the
+// glossary of package proxy's documentation (proxy/doc.go).
 package capability

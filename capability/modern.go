@@ -246,3 +246,45 @@ func stripToolsExecution(tools []byte) ([]byte, error) {
 	}
 	return append(out, ']'), nil
 }
+
+// AddCacheHints gives the result of one JSON-RPC response message the
+// cache hints a client of ModernProtocolVersion expects on cacheable
+// results (tools/list, prompts/list, resources/list,
+// resources/templates/list, resources/read) when an upstream of an older
+// revision sent none: ttlMs 0 (do not reuse it) and cacheScope "private"
+// (it may depend on the caller's credentials). Hints the upstream gave are
+// kept. Error responses and messages without a result object are returned
+// unchanged; malformed input wraps ErrMalformed and msg is returned.
+func AddCacheHints(msg []byte) ([]byte, error) {
+	res, ok, err := result(msg)
+	if err != nil || !ok {
+		return msg, err
+	}
+	var rbuf [16]member
+	ms, end, err := scanObject(msg, res, rbuf[:0], "result")
+	if err != nil {
+		return msg, err
+	}
+	_, hasTTL := find(ms, "ttlMs")
+	_, hasScope := find(ms, "cacheScope")
+	if hasTTL && hasScope {
+		return msg, nil
+	}
+	out := make([]byte, 0, len(msg)+40)
+	out = append(out, msg[:res]...)
+	out = append(out, '{')
+	n := 0
+	for _, m := range ms {
+		out = appendMember(out, n, m.key, msg[m.vs:m.ve])
+		n++
+	}
+	if !hasTTL {
+		out = appendMember(out, n, []byte("ttlMs"), []byte(`0`))
+		n++
+	}
+	if !hasScope {
+		out = appendMember(out, n, []byte("cacheScope"), []byte(`"private"`))
+	}
+	out = append(out, '}')
+	return append(out, msg[end:]...), nil
+}

@@ -104,3 +104,44 @@ func TestModernResult(t *testing.T) {
 		})
 	}
 }
+
+func TestAddCacheHints(t *testing.T) {
+	tests := []struct{ name, in, want string }{
+		{
+			name: "adds both",
+			in:   `{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","tools":[]}}`,
+			want: `{"jsonrpc":"2.0","id":1,"result":{"resultType":"complete","tools":[],"ttlMs":0,"cacheScope":"private"}}`,
+		},
+		{
+			name: "empty result",
+			in:   `{"jsonrpc":"2.0","id":1,"result":{}}`,
+			want: `{"jsonrpc":"2.0","id":1,"result":{"ttlMs":0,"cacheScope":"private"}}`,
+		},
+		{
+			name: "keeps the upstream's",
+			in:   `{"jsonrpc":"2.0","id":1,"result":{"prompts":[],"ttlMs":60000,"cacheScope":"public"}}`,
+			want: `{"jsonrpc":"2.0","id":1,"result":{"prompts":[],"ttlMs":60000,"cacheScope":"public"}}`,
+		},
+		{
+			name: "adds the missing one",
+			in:   `{"jsonrpc":"2.0","id":1,"result":{"contents":[],"ttlMs":5}}`,
+			want: `{"jsonrpc":"2.0","id":1,"result":{"contents":[],"ttlMs":5,"cacheScope":"private"}}`,
+		},
+		{
+			name: "error unchanged",
+			in:   `{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"m"}}`,
+			want: `{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"m"}}`,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := AddCacheHints([]byte(tt.in))
+			if err != nil || string(out) != tt.want {
+				t.Fatalf("AddCacheHints(%s) =\n %s, %v\nwant\n %s", tt.in, out, err, tt.want)
+			}
+		})
+	}
+	if _, err := AddCacheHints([]byte(`{"jsonrpc":"2.0","id":1,"result":{"a":1,"a":2}}`)); err == nil {
+		t.Errorf("AddCacheHints of a duplicate key: no error")
+	}
+}

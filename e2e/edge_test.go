@@ -117,7 +117,7 @@ func TestUnknownTaskID_E16_E28(t *testing.T) {
 	}
 }
 
-// E-33, Q-14: notifications/cancelled for the original tools/call id after
+// E-33: notifications/cancelled for the original tools/call id after
 // CreateTaskResult does not affect the task.
 func TestCancelledNotificationIgnored_E33(t *testing.T) {
 	t.Parallel()

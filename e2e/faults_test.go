@@ -533,7 +533,7 @@ func TestRedisClusterLifecycle(t *testing.T) {
 // ---- limits as a user sees them ----
 
 // --max-body-size, --max-result-size and --allowed-origins: each refusal
-// names its limit (T-72).
+// names its limit (error messages should explain their cause).
 func TestLimitsUserErrors(t *testing.T) {
 	t.Parallel()
 	up := startLegacy(t)

@@ -4,17 +4,20 @@ package e2e
 // through the built taskgate binary, raw HTTP, in front of a real upstream of
 // each era: legacy-mcp --fixtures (2025-11-25, sessions) and legacy-mcp
 // --fixtures --stateless --max-protocol-version 2026-07-28 (the go-sdk's
-// 2026 wire, no tasks). IDs (E-xx, X-xx) are those of the 2026 digest.
+// 2026 wire, no tasks). The M- IDs are defined in package proxy's glossary
+// (proxy/doc.go).
 
 import (
 	"bytes"
 	"encoding/json"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -171,7 +174,7 @@ func statusIs(s string) func(detailedTask) bool {
 }
 
 // TestModernEraPerRequest: the era classifier's errors carry the HTTP status
-// and the data their schema requires (E-02, E-29), and a 2025 session on the
+// and the data their schema requires (M-02, M-29), and a 2025 session on the
 // same taskgate keeps working.
 func TestModernEraPerRequest(t *testing.T) {
 	up := startLegacy(t, "--fixtures")
@@ -208,8 +211,9 @@ func TestModernEraPerRequest(t *testing.T) {
 	legacyC.waitStatus(tk.TaskID, "completed", 10*time.Second)
 }
 
-// TestModernDiscover: server/discover offers the extension and never the
-// legacy capabilities.tasks (X-01, X-02), for both upstream eras.
+// TestModernDiscover: server/discover offers the extension (a server must
+// advertise it there to offer tasks) and never the legacy capabilities.tasks
+// (a server must not advertise both), for both upstream eras.
 func TestModernDiscover(t *testing.T) {
 	for _, era := range upstreamEras {
 		t.Run(era.name, func(t *testing.T) {
@@ -244,7 +248,7 @@ func TestModernTasks(t *testing.T) {
 			plain := newModernClient(t, gw.URL, map[string]any{})
 			stats := newStatsReader(t, up.URL)
 
-			// E-04: a required tool without the extension: -32021 with
+			// M-04: a required tool without the extension: -32021 with
 			// data, and the upstream is not called.
 			e := plain.fails("tools/call", map[string]any{"name": "failing_job", "arguments": map[string]any{}}, "failing_job", nil, 400, -32021)
 			if !strings.Contains(string(e.Data), `"requiredCapabilities":{"extensions":{"`+extTasks+`":{}}}`) {
@@ -254,7 +258,7 @@ func TestModernTasks(t *testing.T) {
 				t.Errorf("upstream ran failing_job %d times after a refused call, want 0", n)
 			}
 
-			// E-05: a legacy params.task neither errs nor promotes a
+			// M-05: a legacy params.task neither errs nor promotes a
 			// forbidden tool.
 			var greet toolResult
 			c.ok("tools/call", map[string]any{"name": "greet", "arguments": map[string]any{"name": "Ada"},
@@ -263,7 +267,8 @@ func TestModernTasks(t *testing.T) {
 				t.Errorf("greet with params.task = %+v, want the plain result", greet)
 			}
 
-			// X-13, X-14: a flat CreateTaskResult, readable at once.
+			// A flat CreateTaskResult (no task wrapper, no ttl or
+			// pollInterval), sent only once tasks/get resolves its id.
 			tk := c.call("slow_compute", map[string]any{"seconds": 1.5})
 			if tk.ResultType != "task" || tk.TaskID == "" || tk.Status != "working" || tk.TTLMs == nil || *tk.TTLMs <= 0 ||
 				tk.PollIntervalMs == nil || *tk.PollIntervalMs <= 0 || tk.Task != nil || tk.RequestState != nil {
@@ -277,20 +282,21 @@ func TestModernTasks(t *testing.T) {
 				t.Errorf("completed task = %+v, want the result inline without related-task _meta", done)
 			}
 
-			// X-19, E-10: isError is completed on this wire.
+			// M-10: isError is completed on this wire (failed is only
+			// for JSON-RPC errors).
 			fj := c.call("failing_job", map[string]any{})
 			d := c.waitModern(fj.TaskID, "terminal", func(d detailedTask) bool { return d.Status != "working" })
 			if d.Status != "completed" || d.Result == nil || !d.Result.IsError {
 				t.Errorf("failing_job = %+v, want completed with result.isError", d)
 			}
-			// E-11: a JSON-RPC error is failed, verbatim.
+			// M-11: a JSON-RPC error is failed, verbatim.
 			pj := c.call("protocol_error_job", map[string]any{})
 			d = c.waitModern(pj.TaskID, "terminal", func(d detailedTask) bool { return d.Status != "working" })
 			if d.Status != "failed" || d.Error == nil || d.Error.Code != -32603 || !strings.Contains(string(d.Error.Data), "protocol_error_job") || d.Result != nil {
 				t.Errorf("protocol_error_job = %+v, want failed with the upstream's error and data", d)
 			}
 
-			// E-18, E-19: cancel acks, also for a terminal task.
+			// M-18, M-19: cancel acks, also for a terminal task.
 			long := c.call("slow_compute", map[string]any{"seconds": 60})
 			var ack map[string]any
 			c.ok("tasks/cancel", map[string]any{"taskId": long.TaskID}, long.TaskID, &ack)
@@ -310,15 +316,15 @@ func TestModernTasks(t *testing.T) {
 				waitFor(t, 10*time.Second, "the upstream to see the cancel", func() bool { return stats.get().Cancelled >= 1 })
 			}
 
-			// E-07: capability check before lookup; unknown id -32602.
+			// M-07: capability check before lookup; unknown id -32602.
 			plain.fails("tasks/get", map[string]any{"taskId": "0123"}, "0123", nil, 400, -32021)
 			c.fails("tasks/get", map[string]any{"taskId": "00112233445566778899aabbccddeeff"}, "00112233445566778899aabbccddeeff", nil, 200, -32602)
-			// E-08: Mcp-Name must equal taskId.
+			// M-08: Mcp-Name must equal taskId.
 			c.fails("tasks/get", map[string]any{"taskId": tk.TaskID}, "not-"+tk.TaskID, nil, 400, -32020)
-			// E-09: no tasks/result, tasks/list on this wire.
+			// M-09: no tasks/result, tasks/list on this wire.
 			c.fails("tasks/result", map[string]any{"taskId": tk.TaskID}, "", nil, 404, -32601)
 			c.fails("tasks/list", nil, "", nil, 404, -32601)
-			// E-23: another owner's task is not found.
+			// M-23: another owner's task is not found.
 			other := newModernClient(t, gw.URL, withTasks())
 			other.header.Set("Authorization", "Bearer someone-else")
 			other.fails("tasks/get", map[string]any{"taskId": tk.TaskID}, tk.TaskID, nil, 200, -32602)
@@ -326,8 +332,8 @@ func TestModernTasks(t *testing.T) {
 	}
 }
 
-// TestModernInput: questions inside a task (E-13..E-16) and before it
-// (E-27), for both upstream eras.
+// TestModernInput: questions inside a task (M-13..M-16) and before it
+// (M-27), for both upstream eras.
 func TestModernInput(t *testing.T) {
 	for _, era := range upstreamEras {
 		t.Run(era.name, func(t *testing.T) {
@@ -363,7 +369,9 @@ func TestModernInput(t *testing.T) {
 			accept := func(content map[string]any) map[string]any {
 				return map[string]any{"action": "accept", "content": content}
 			}
-			// A partial answer removes its key at once (A-4); unknown keys are ignored (E-15).
+			// A partial answer removes its key at once, visible to the very
+			// next tasks/get (update and read are atomic); unknown keys are
+			// ignored (M-15).
 			c.ok("tasks/update", map[string]any{"taskId": tk.TaskID, "inputResponses": map[string]any{
 				keys["name"]: accept(map[string]any{"name": "Ada"}), "unknown-key": accept(nil)}}, tk.TaskID, nil)
 			d = c.get(tk.TaskID)
@@ -376,7 +384,7 @@ func TestModernInput(t *testing.T) {
 			if d.Result == nil || d.Result.text() != "name=Ada confirm=true" {
 				t.Errorf("multi_input result = %+v", d.Result)
 			}
-			// Keys are never reused (E-16, X-26).
+			// Keys are unique for the task's life, never reused (M-16).
 			tk2 := c.call("confirm_delete", map[string]any{"filename": "x.txt"})
 			d = c.waitModern(tk2.TaskID, "to ask", func(d detailedTask) bool { return len(d.InputRequests) == 1 })
 			for k := range d.InputRequests {
@@ -386,7 +394,7 @@ func TestModernInput(t *testing.T) {
 				t.Errorf("confirm_delete result = %+v", d.Result)
 			}
 
-			// E-27: a question before the task: InputRequiredResult with a
+			// M-27: a question before the task: InputRequiredResult with a
 			// signed requestState, then the task on the retry.
 			var round1 detailedTask
 			c.ok("tools/call", map[string]any{"name": "test_tool_with_task", "arguments": map[string]any{}}, "test_tool_with_task", &round1)
@@ -427,7 +435,7 @@ func TestModernInput(t *testing.T) {
 
 // TestModernAndLegacyShareTasks: a 2025 session and a 2026 client of the
 // same owner on one taskgate see each other's tasks, each in its own era's
-// rendering (E-22): isError reads failed in 2025 and completed in 2026, and
+// rendering (M-22): isError reads failed in 2025 and completed in 2026, and
 // 2025 tasks/list includes the task created on the 2026 wire.
 func TestModernAndLegacyShareTasks(t *testing.T) {
 	up := startLegacy(t, "--fixtures")
@@ -472,7 +480,7 @@ func TestModernAndLegacyShareTasks(t *testing.T) {
 }
 
 // TestModernTwoReplicas: a task created through one replica is read,
-// answered and cancelled through another on the 2026 wire (E-06).
+// answered and cancelled through another on the 2026 wire (M-06).
 func TestModernTwoReplicas(t *testing.T) {
 	up := startLegacy(t, "--fixtures")
 	redisURL := "redis://" + redistest.Start(t)
@@ -551,7 +559,7 @@ func TestConformance(t *testing.T) {
 // TestModernPlainCallAsks: a plain 2026 call (no tasks extension) whose 2025
 // upstream asks the user mid-call gets an InputRequiredResult with a signed
 // requestState; the retry with the answer gets the call's plain result
-// (digest §1.3: the upstream's question bridged to the 2026 wire).
+// (the upstream's question bridged to the 2026 wire).
 func TestModernPlainCallAsks(t *testing.T) {
 	up := startLegacy(t, "--fixtures")
 	gw := startTaskgate(t, up.URL, "--config", conformancePolicy(t))
@@ -582,5 +590,184 @@ func TestModernPlainCallAsks(t *testing.T) {
 	bare.ok("tools/call", map[string]any{"name": "ask", "arguments": map[string]any{"question": "?"}}, "ask", &failed)
 	if !failed.IsError {
 		t.Errorf("ask without elicitation = %+v, want an error result", failed)
+	}
+}
+
+// TestModernInputAcrossReplicas: the open questions of a task running on
+// replica A are shown by replica B's tasks/get and answered through B's
+// tasks/update; an answered question is gone on both replicas right after
+// the update, and the result reads the same through either (issue 13:
+// inputRequests readable from any replica, for both upstream eras).
+func TestModernInputAcrossReplicas(t *testing.T) {
+	for _, era := range upstreamEras {
+		t.Run(era.name, func(t *testing.T) {
+			up := startLegacy(t, era.args...)
+			redisURL := "redis://" + redistest.Start(t)
+			key := "0123456789abcdef0123456789abcdef"
+			a := startTaskgate(t, up.URL, "--redis", redisURL, "--owner-key", key, "--config", conformancePolicy(t))
+			b := startTaskgate(t, up.URL, "--redis", redisURL, "--owner-key", key, "--config", conformancePolicy(t))
+			ca := newModernClient(t, a.URL, withTasks())
+			cb := newModernClient(t, b.URL, withTasks())
+
+			tk := ca.call("multi_input", map[string]any{})
+			if tk.ResultType != "task" {
+				t.Fatalf("multi_input through A = %+v, want a task", tk)
+			}
+			d := cb.waitModern(tk.TaskID, "B to show both questions", func(d detailedTask) bool { return len(d.InputRequests) == 2 })
+			if d.Status != "input_required" {
+				t.Fatalf("B's view of the task with two questions is %q", d.Status)
+			}
+			keys := map[string]string{} // property -> key
+			for k, raw := range d.InputRequests {
+				var q struct {
+					Method string `json:"method"`
+					Params struct {
+						RequestedSchema struct {
+							Properties map[string]any `json:"properties"`
+						} `json:"requestedSchema"`
+					} `json:"params"`
+				}
+				if err := json.Unmarshal(raw, &q); err != nil || q.Method != "elicitation/create" {
+					t.Fatalf("B's inputRequests[%s] = %s", k, raw)
+				}
+				for p := range q.Params.RequestedSchema.Properties {
+					keys[p] = k
+				}
+			}
+			if keys["name"] == "" || keys["confirm"] == "" {
+				t.Fatalf("questions through B = %v, want one for name and one for confirm", d.InputRequests)
+			}
+			if da := ca.get(tk.TaskID); len(da.InputRequests) != 2 || da.InputRequests[keys["name"]] == nil {
+				t.Errorf("A's view = %+v, want the same two questions as B's", da)
+			}
+			accept := func(content map[string]any) map[string]any {
+				return map[string]any{"action": "accept", "content": content}
+			}
+			// A partial answer through B: gone on both replicas at once.
+			cb.ok("tasks/update", map[string]any{"taskId": tk.TaskID, "inputResponses": map[string]any{
+				keys["name"]: accept(map[string]any{"name": "Ada"}), "unknown-key": accept(nil)}}, tk.TaskID, nil)
+			for name, c := range map[string]*modernClient{"A": ca, "B": cb} {
+				d := c.get(tk.TaskID)
+				if _, still := d.InputRequests[keys["name"]]; still || d.Status != "input_required" || len(d.InputRequests) != 1 {
+					t.Errorf("%s right after the partial update through B: %+v, want input_required with only the confirm question", name, d)
+				}
+			}
+			// The same key answered again is ignored.
+			cb.ok("tasks/update", map[string]any{"taskId": tk.TaskID, "inputResponses": map[string]any{
+				keys["name"]: accept(map[string]any{"name": "Mallory"})}}, tk.TaskID, nil)
+			cb.ok("tasks/update", map[string]any{"taskId": tk.TaskID, "inputResponses": map[string]any{
+				keys["confirm"]: accept(map[string]any{"confirm": true})}}, tk.TaskID, nil)
+			if d := cb.get(tk.TaskID); len(d.InputRequests) != 0 || d.Status == "input_required" {
+				t.Errorf("B right after the last answer: %+v, want no questions and not input_required", d)
+			}
+			for name, c := range map[string]*modernClient{"A": ca, "B": cb} {
+				d := c.waitModern(tk.TaskID, "completed via "+name, statusIs("completed"))
+				if d.Result == nil || d.Result.text() != "name=Ada confirm=true" {
+					t.Errorf("result read through %s = %+v, want the answers given through B", name, d.Result)
+				}
+			}
+		})
+	}
+}
+
+// TestModernCacheHints: in front of a 2025-era upstream that gives no
+// cache hints (the reference "everything" server, stdio), the cacheable
+// results of the 2026 wire carry ttlMs and cacheScope (SEP-2549: what the
+// conformance suite's caching scenario checks).
+func TestModernCacheHints(t *testing.T) {
+	t.Parallel()
+	bin := npmBin(t)
+	gw := startStdioGateway(t, filepath.Join(bin, "mcp-server-everything")+" stdio")
+	c := newModernClient(t, gw.URL, map[string]any{})
+	type hinted struct {
+		TTLMs      *int64 `json:"ttlMs"`
+		CacheScope string `json:"cacheScope"`
+		Resources  []struct {
+			URI string `json:"uri"`
+		} `json:"resources"`
+	}
+	check := func(method string, params map[string]any, name string) hinted {
+		var r hinted
+		c.ok(method, params, name, &r)
+		if r.TTLMs == nil || *r.TTLMs < 0 || (r.CacheScope != "public" && r.CacheScope != "private") {
+			t.Errorf("%s: ttlMs %v, cacheScope %q; want a ttlMs >= 0 and public or private", method, r.TTLMs, r.CacheScope)
+		}
+		return r
+	}
+	check("tools/list", nil, "")
+	check("prompts/list", nil, "")
+	check("resources/templates/list", nil, "")
+	res := check("resources/list", nil, "")
+	if len(res.Resources) == 0 {
+		t.Fatalf("resources/list of the everything server lists no resources")
+	}
+	uri := res.Resources[0].URI
+	check("resources/read", map[string]any{"uri": uri}, uri)
+}
+
+// TestModernPlainCallAcrossReplicas: a plain 2026 call (no tasks
+// extension) to a 2025 upstream that asks two questions, answered one at a
+// time with each retry sent to the other replica: every retry that leaves
+// a question open, or meets a new one, gets an InputRequiredResult with
+// it (from the store, wherever the call runs), and the last one gets the
+// call's plain result.
+func TestModernPlainCallAcrossReplicas(t *testing.T) {
+	up := startLegacy(t, "--fixtures")
+	redisURL := "redis://" + redistest.Start(t)
+	key := "0123456789abcdef0123456789abcdef"
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte("defaults:\n  taskSupport: optional\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := startTaskgate(t, up.URL, "--redis", redisURL, "--owner-key", key, "--config", policy)
+	b := startTaskgate(t, up.URL, "--redis", redisURL, "--owner-key", key, "--config", policy)
+	caps := map[string]any{"elicitation": map[string]any{}}
+	clients := []*modernClient{newModernClient(t, a.URL, caps), newModernClient(t, b.URL, caps)}
+	answers := map[string]map[string]any{ // requested property -> answer
+		"name":    {"action": "accept", "content": map[string]any{"name": "Ada"}},
+		"confirm": {"action": "accept", "content": map[string]any{"confirm": true}},
+	}
+	type round struct {
+		ResultType    string                     `json:"resultType"`
+		InputRequests map[string]json.RawMessage `json:"inputRequests"`
+		RequestState  *string                    `json:"requestState"`
+		toolResult
+	}
+	var r round
+	clients[0].ok("tools/call", map[string]any{"name": "multi_input", "arguments": map[string]any{}}, "multi_input", &r)
+	answered := map[string]bool{}
+	for i := 1; r.ResultType == "input_required"; i++ {
+		if i > 4 || r.RequestState == nil || len(r.InputRequests) == 0 {
+			t.Fatalf("round %d = %+v, want an InputRequiredResult with questions and a requestState", i, r)
+		}
+		// Answer one question (the first in key order), through the
+		// other replica.
+		keys := slices.Sorted(maps.Keys(r.InputRequests))
+		var q struct {
+			Params struct {
+				RequestedSchema struct {
+					Properties map[string]any `json:"properties"`
+				} `json:"requestedSchema"`
+			} `json:"params"`
+		}
+		if err := json.Unmarshal(r.InputRequests[keys[0]], &q); err != nil || len(q.Params.RequestedSchema.Properties) != 1 {
+			t.Fatalf("round %d question %s = %s", i, keys[0], r.InputRequests[keys[0]])
+		}
+		var prop string
+		for p := range q.Params.RequestedSchema.Properties {
+			prop = p
+		}
+		if answered[prop] {
+			t.Fatalf("round %d asks again for %q, answered before", i, prop)
+		}
+		answered[prop] = true
+		c := clients[i%2]
+		var next round
+		c.ok("tools/call", map[string]any{"name": "multi_input", "arguments": map[string]any{},
+			"inputResponses": map[string]any{keys[0]: answers[prop]}, "requestState": *r.RequestState}, "multi_input", &next)
+		r = next
+	}
+	if len(answered) != 2 || r.ResultType != "complete" || r.text() != "name=Ada confirm=true" {
+		t.Errorf("after answering %v: %+v, want the plain result with both answers", answered, r)
 	}
 }

@@ -248,8 +248,8 @@ func tasksResultBody(rpcID, taskID string) []byte {
 }
 
 // elicitAnswer is the client's JSON-RPC response to an elicitation/create
-// with the request's id; it carries the related-task meta as the reference
-// flow of tasks.mdx shows.
+// with the request's id; it carries the related-task meta, as in the MCP
+// 2025-11-25 tasks page's flow "Task-Augmented Tool Call With Elicitation".
 func elicitAnswer(reqID json.RawMessage, taskID, answer string) []byte {
 	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": reqID, "result": map[string]any{
 		"action": "accept", "content": map[string]any{"answer": answer},
@@ -472,8 +472,8 @@ func askFlow(t *testing.T, create, stream, answer *rawClient, colour string) {
 	}
 }
 
-// E-34, E-35, T-62..T-65: the reference flow of tasks.mdx through one
-// taskgate.
+// E-34, E-35, T-62..T-65: the MCP 2025-11-25 tasks page's flow
+// "Task-Augmented Tool Call With Elicitation" through one taskgate.
 func TestTaskInputRequired_E34_E35(t *testing.T) {
 	t.Parallel()
 	up := startLegacy(t)
@@ -616,7 +616,8 @@ func TestGETStreamTaskMessages_E40(t *testing.T) {
 		}
 		phase = r
 	}
-	// The task completed with the answer; polling alone sees it (T-47).
+	// The task completed with the answer; polling alone sees it (a client
+	// must not depend on status notifications).
 	var res toolResult
 	c.result("tasks/result", map[string]any{"taskId": tk.TaskID}, &res)
 	if res.text() != "you said: north" {

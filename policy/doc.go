@@ -1,8 +1,9 @@
 // Package policy reads taskgate's policy file, which decides per tool whether
 // it may run as an MCP task (execution.taskSupport, spec T-07..T-10) and with
 // which limits: ttl default and clamps (T-28..T-31, Q-04, Q-05), pollInterval
-// (T-32), the background call's timeout, per-process concurrency (T-78) and
-// whether lease recovery may re-run a lost call.
+// (T-32), the background call's timeout, per-process concurrency (MCP asks
+// receivers to cap concurrent tasks) and whether lease recovery may re-run a
+// lost call.
 //
 // The file is YAML; every key is optional and keys are case-sensitive:
 //
@@ -30,4 +31,7 @@
 //
 // Parse and Load validate once; the resulting *Policy is immutable, and
 // Policy.For, called on every tools/call, does not allocate.
+//
+// The IDs cited in this package (T-28, Q-04, ...) are defined in the
+// glossary of package proxy's documentation (proxy/doc.go).
 package policy

@@ -24,6 +24,7 @@ import (
 	"github.com/taskgate/taskgate/policy"
 	"github.com/taskgate/taskgate/proxy/engine"
 	"github.com/taskgate/taskgate/proxy/sysconn"
+	"github.com/taskgate/taskgate/proxy/upstream"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
@@ -123,32 +124,33 @@ func (c *Config) setDefaults() {
 		}
 	}
 	if c.MaxBodySize <= 0 {
-		c.MaxBodySize = 4 << 20
+		c.MaxBodySize = DefaultMaxBodySize
 	}
 	if c.MaxResultSize <= 0 {
-		c.MaxResultSize = 32 << 20
+		c.MaxResultSize = DefaultMaxResultSize
 	}
-	def(&c.StreamIdleTimeout, 10*time.Minute)
-	def(&c.StreamMaxLifetime, time.Hour)
-	def(&c.UpstreamIdleConn, 3*time.Second)
-	def(&c.DialTimeout, 5*time.Second)
-	def(&c.KeepAlive, 15*time.Second)
-	def(&c.Lease, 15*time.Second)
-	def(&c.StoreTimeout, 3*time.Second)
+	def(&c.StreamIdleTimeout, DefaultStreamIdleTimeout)
+	def(&c.StreamMaxLifetime, DefaultStreamMaxLifetime)
+	def(&c.UpstreamIdleConn, DefaultUpstreamIdleConn)
+	def(&c.DialTimeout, DefaultDialTimeout)
+	def(&c.KeepAlive, DefaultKeepAlive)
+	def(&c.Lease, DefaultLease)
+	def(&c.StoreTimeout, DefaultStoreTimeout)
+	def(&c.PromoteWindow, DefaultPromoteWindow)
 	if c.TaskRate == 0 {
-		c.TaskRate = 100
+		c.TaskRate = DefaultTaskRate
 	}
 	if c.TaskBurst <= 0 {
-		c.TaskBurst = 500
+		c.TaskBurst = DefaultTaskBurst
 	}
 	if c.QueueMax <= 0 {
-		c.QueueMax = 256
+		c.QueueMax = DefaultQueueMax
 	}
 	if c.ListPageSize <= 0 {
-		c.ListPageSize = 50
+		c.ListPageSize = DefaultListPageSize
 	}
 	if c.MaxTasksPerOwner == 0 {
-		c.MaxTasksPerOwner = 100
+		c.MaxTasksPerOwner = DefaultMaxTasksPerOwner
 	}
 	if len(c.OwnerKey) == 0 {
 		c.OwnerKey = make([]byte, 32)
@@ -165,22 +167,15 @@ func (c *Config) setDefaults() {
 // Handler proxies MCP traffic to one upstream and serves the tasks feature
 // in front of it. It is safe for concurrent use. Close stops it.
 type Handler struct {
-	cfg    Config
-	pol    atomic.Pointer[policy.Policy] // SetPolicy swaps it; read through policy()
-	store  taskstore.Store
-	log    zerolog.Logger
-	m      *Metrics
-	hc     *fasthttp.HostClient
-	dialer net.Dialer
-	// dialTCP opens a plain connection to the upstream, the base of every
-	// upstream connection (tests replace it with an in-memory pipe).
-	dialTCP func(ctx context.Context) (net.Conn, error)
-
-	upAddr  string // host:port
-	upHost  string // host[:port] as in the URL
-	upTLS   bool
-	tlsConf *tls.Config // for an https upstream: Config.UpstreamTLS completed
-	mcpPath []byte
+	cfg   Config
+	pol   atomic.Pointer[policy.Policy] // SetPolicy swaps it; read through policy()
+	store taskstore.Store
+	log   zerolog.Logger
+	m     *Metrics
+	// up is the one client of the upstream: every exchange with it goes
+	// through up (tests may wrap it to inject faults).
+	up      upstream.Transport
+	mcpPath []byte // the upstream's MCP endpoint path (up's Path)
 
 	origins map[string]bool
 
@@ -194,12 +189,7 @@ type Handler struct {
 
 	versions versionCache
 	bindings bindingCache             // session id -> owner binding (sessions.go)
-	bgPool   connPool                 // connections for background calls
-	passPool connPool                 // connections for pass-through (relay)
 	okey     atomic.Pointer[ownerKey] // SetOwnerKey swaps it; keyedHash reads it
-	// relayBufs holds *[]byte buffers for reading buffered answers.
-	relayBufs sync.Pool
-	endWait   time.Duration // relay's wait for the end of an SSE answer (endWait; tests change it)
 	// storeDownUntil (unix ns) skips session-version lookups for a moment
 	// after one failed, so pass-through does not wait on a dead store.
 	storeDownUntil atomic.Int64
@@ -253,32 +243,27 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 	if m == nil {
 		m = NewMetrics(nil)
 	}
+	up := upstream.New(upstream.Options{
+		URL:               u,
+		RewriteHost:       cfg.RewriteHost,
+		TLS:               cfg.UpstreamTLS,
+		Dial:              cfg.Dial,
+		NetIO:             cfg.NetIO,
+		DialTimeout:       cfg.DialTimeout,
+		IdleConn:          cfg.UpstreamIdleConn,
+		StreamIdleTimeout: cfg.StreamIdleTimeout,
+		StreamMaxLifetime: cfg.StreamMaxLifetime,
+	})
 	h := &Handler{
 		cfg:     cfg,
 		store:   store,
 		log:     log,
 		m:       m,
-		upHost:  u.Host,
-		upTLS:   u.Scheme == "https",
-		mcpPath: []byte(u.EscapedPath()),
-		dialer:  net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second},
-	}
-	if len(h.mcpPath) == 0 {
-		h.mcpPath = []byte("/")
+		up:      up,
+		mcpPath: up.Path(),
 	}
 	h.pol.Store(pol)
 	h.SetOwnerKey(cfg.OwnerKey)
-	h.upAddr = u.Host
-	if u.Port() == "" {
-		if h.upTLS {
-			h.upAddr = net.JoinHostPort(u.Hostname(), "443")
-		} else {
-			h.upAddr = net.JoinHostPort(u.Hostname(), "80")
-		}
-	}
-	if h.upTLS {
-		h.tlsConf = upstreamTLSConfig(cfg.UpstreamTLS, u.Hostname())
-	}
 	if len(cfg.AllowedOrigins) > 0 {
 		h.origins = make(map[string]bool, len(cfg.AllowedOrigins))
 		for _, o := range cfg.AllowedOrigins {
@@ -287,14 +272,6 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 	}
 	h.versions.init(8192)
 	h.bindings.max = 8192
-	h.dialTCP = h.dialSocket
-	if cfg.Dial != nil {
-		h.dialTCP = cfg.Dial
-	}
-	h.bgPool = connPool{max: 256, maxIdle: cfg.UpstreamIdleConn}
-	h.passPool = connPool{max: 1024, maxIdle: cfg.UpstreamIdleConn}
-	h.relayBufs.New = func() any { b := make([]byte, 16<<10); return &b }
-	h.endWait = endWait
 	h.eng = engine.New(engine.Config{
 		ProcessID:        cfg.ProcessID,
 		Lease:            cfg.Lease,
@@ -309,23 +286,6 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 		HoldYoung:        holdYoungFor,
 	}, store, &h.log, &taskUpstream{h: h}, h.engineHooks())
 	h.root = h.eng.Root()
-	h.hc = &fasthttp.HostClient{
-		Addr:                          h.upAddr,
-		Name:                          "taskgate",
-		IsTLS:                         h.upTLS,
-		TLSConfig:                     h.tlsConf,
-		NoDefaultUserAgentHeader:      true,
-		DisablePathNormalizing:        true,
-		DisableHeaderNamesNormalizing: false,
-		StreamResponseBody:            true,
-		MaxIdleConnDuration:           cfg.UpstreamIdleConn,
-		MaxConns:                      4096,
-		Dial:                          h.dialIdle,
-		// Never replay a request that may have reached the upstream
-		// (a tools/call must not run twice); fasthttp only retries idempotent
-		// methods.
-		MaxIdemponentCallAttempts: 1,
-	}
 	h.w26 = newModernWire(h)
 	h.bg.Add(1)
 	go h.w26.reapLoop()
@@ -338,100 +298,12 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 func (h *Handler) Close(ctx context.Context) error {
 	_ = h.eng.Close(ctx)
 	h.bg.Wait()
-	h.hc.CloseIdleConnections()
-	h.bgPool.close()
-	h.passPool.close()
+	h.up.Close()
 	return nil
 }
 
 // Running reports how many background task calls are in flight.
 func (h *Handler) Running() int64 { return h.m.runningNow.Load() }
-
-// upstreamTLSConfig completes base (nil: defaults) for an https upstream
-// named host: the URL's host as ServerName unless set, TLS 1.2 or newer
-// unless a minimum is set.
-func upstreamTLSConfig(base *tls.Config, host string) *tls.Config {
-	c := &tls.Config{}
-	if base != nil {
-		c = base.Clone()
-	}
-	if c.ServerName == "" {
-		c.ServerName = host
-	}
-	if c.MinVersion == 0 {
-		c.MinVersion = tls.VersionTLS12
-	}
-	return c
-}
-
-// dialSocket is the default dialTCP: a TCP connection whose reads and
-// writes are direct system calls unless Config.NetIO.
-func (h *Handler) dialSocket(ctx context.Context) (net.Conn, error) {
-	c, err := h.dialer.DialContext(ctx, "tcp", h.upAddr)
-	if err != nil {
-		return nil, err
-	}
-	if !h.cfg.NetIO {
-		c = sysconn.Wrap(c)
-	}
-	return c, nil
-}
-
-// dialIdle dials the upstream and wraps the connection so that every read
-// waits at most StreamIdleTimeout (fasthttp's own ReadTimeout would cover
-// the whole body and cut long SSE streams). addr is
-// ignored: there is one upstream (it is HostClient.Dial's signature). The
-// dial is bounded by DialTimeout, not by the handler's life: messages to
-// the upstream at shutdown (notifications/cancelled) still need one.
-func (h *Handler) dialIdle(string) (net.Conn, error) {
-	c, err := h.dialTCP(context.Background())
-	if err != nil {
-		return nil, err
-	}
-	return &idleConn{Conn: c, idle: h.cfg.StreamIdleTimeout, lifetime: h.cfg.StreamMaxLifetime}, nil
-}
-
-// idleConn bounds reads on an upstream connection: each read waits at most
-// idle, and an answer may last at most lifetime from the moment its request
-// was written (HTTP/1.1 without pipelining: a write starts a new exchange).
-// It is used by one goroutine at a time, as fasthttp uses connections.
-type idleConn struct {
-	net.Conn
-	idle, lifetime time.Duration
-	start          time.Time
-	// until, when set, is an earlier deadline for reads (relay's short
-	// wait for the end of an answer).
-	until time.Time
-	// holdWrite makes the next write a sysconn WriteLater: relay reads the
-	// answer right after writing a request.
-	holdWrite bool
-}
-
-func (c *idleConn) Write(p []byte) (int, error) {
-	c.start = time.Now()
-	if c.holdWrite {
-		c.holdWrite = false
-		if sc, ok := c.Conn.(*sysconn.Conn); ok {
-			return sc.WriteLater(p)
-		}
-	}
-	return c.Conn.Write(p)
-}
-
-func (c *idleConn) Read(p []byte) (int, error) {
-	now := time.Now()
-	dl := now.Add(c.idle)
-	if end := c.start.Add(c.lifetime); !c.start.IsZero() && end.Before(dl) {
-		dl = end
-	}
-	if !c.until.IsZero() && c.until.Before(dl) {
-		dl = c.until
-	}
-	if err := c.Conn.SetReadDeadline(dl); err != nil {
-		return 0, err
-	}
-	return c.Conn.Read(p)
-}
 
 // ServeFastHTTP implements fasthttp.RequestHandler.
 func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
@@ -594,7 +466,7 @@ func (h *Handler) intercepts(method string) bool {
 
 // outcomeClientGone is the outcome of a request whose client closed the
 // connection before the answer ended.
-const outcomeClientGone = "client_gone"
+const outcomeClientGone = upstream.OutcomeClientGone
 
 // reqInfo collects what the request log line and metrics report.
 type reqInfo struct {
@@ -666,6 +538,9 @@ func (se *streamEnd) end(outcome string) {
 	se.outcome = outcome
 	se.arrive()
 }
+
+// End is end, for a streamed pass-through answer (upstream.StreamEnd).
+func (se *streamEnd) End(outcome string) { se.end(outcome) }
 
 func (se *streamEnd) arrive() {
 	if se.arrivals.Add(1) != 2 {
@@ -833,18 +708,7 @@ func (h *Handler) answerBeforeClose(rc *fasthttp.RequestCtx) {
 
 // PingUpstream checks that the upstream accepts TCP connections and, when
 // it is https, completes a TLS handshake that taskgate trusts.
-func (h *Handler) PingUpstream(ctx context.Context) error {
-	c, err := h.dialTCP(ctx)
-	if err != nil {
-		return err
-	}
-	// An https upstream must also pass the TLS handshake: a certificate
-	// taskgate does not trust fails every call.
-	if c, err = h.upstreamTLS(ctx, c); err != nil {
-		return err
-	}
-	return c.Close()
-}
+func (h *Handler) PingUpstream(ctx context.Context) error { return h.up.Ping(ctx) }
 
 // SessionLabel is what taskgate's logs show instead of the session id sid
 // (a keyed hash), for components that log sessions too.

@@ -27,7 +27,7 @@ const mcpURL = "http://gw.test/mcp"
 // upstream is a fake upstream MCP server. It records a copy of every request
 // it receives, then calls its handler. Handlers that block (streams) must
 // also return when closing is closed: it is closed first at cleanup.
-type upstream struct {
+type testUpstream struct {
 	srv     *fasthttp.Server
 	ln      net.Listener
 	inmem   *fasthttputil.InmemoryListener // nil on loopback TCP
@@ -40,9 +40,9 @@ type upstream struct {
 // newUpstream serves handler on an in-memory listener, or on loopback TCP
 // when tcp is set (deadline tests: in-memory pipes apply write deadlines only
 // to blocked writes).
-func newUpstream(tb testing.TB, tcp bool, handler fasthttp.RequestHandler) *upstream {
+func newUpstream(tb testing.TB, tcp bool, handler fasthttp.RequestHandler) *testUpstream {
 	tb.Helper()
-	u := &upstream{closing: make(chan struct{})}
+	u := &testUpstream{closing: make(chan struct{})}
 	if tcp {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -81,7 +81,7 @@ func newUpstream(tb testing.TB, tcp bool, handler fasthttp.RequestHandler) *upst
 }
 
 // dial connects to the upstream (in-memory or TCP).
-func (u *upstream) dial() (net.Conn, error) {
+func (u *testUpstream) dial() (net.Conn, error) {
 	if u.inmem != nil {
 		return u.inmem.Dial()
 	}
@@ -89,7 +89,7 @@ func (u *upstream) dial() (net.Conn, error) {
 }
 
 // requests returns the requests received so far.
-func (u *upstream) requests() []*fasthttp.Request {
+func (u *testUpstream) requests() []*fasthttp.Request {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	return append([]*fasthttp.Request(nil), u.reqs...)
@@ -97,7 +97,7 @@ func (u *upstream) requests() []*fasthttp.Request {
 
 // lastRequest returns the last request received; it fails the test if
 // there was none.
-func (u *upstream) lastRequest(tb testing.TB) *fasthttp.Request {
+func (u *testUpstream) lastRequest(tb testing.TB) *fasthttp.Request {
 	tb.Helper()
 	rs := u.requests()
 	if len(rs) == 0 {
@@ -112,7 +112,7 @@ func (u *upstream) lastRequest(tb testing.TB) *fasthttp.Request {
 type testProxy struct {
 	tb    testing.TB
 	h     *Handler
-	up    *upstream // nil with withUpstreamURL
+	up    *testUpstream // nil with withUpstreamURL
 	store *countingStore
 	ln    net.Listener
 	dial  func() (net.Conn, error)
@@ -190,6 +190,11 @@ func newTestProxy(tb testing.TB, upstreamHandler fasthttp.RequestHandler, opts .
 	} else {
 		s.cfg.Upstream = s.upstreamURL
 	}
+	if tp.up != nil && !s.tcp {
+		// Every upstream connection goes over the in-memory pipe: the
+		// upstream client's dial (Config.Dial reaches upstream.Options.Dial).
+		s.cfg.Dial = func(context.Context) (net.Conn, error) { return tp.up.dial() }
+	}
 	if s.store == nil {
 		s.store = newTestStore(tb)
 	}
@@ -201,10 +206,6 @@ func newTestProxy(tb testing.TB, upstreamHandler fasthttp.RequestHandler, opts .
 	tp.h = h
 	if s.hook != nil {
 		s.hook(h)
-	}
-	if tp.up != nil && !s.tcp {
-		// Every upstream connection goes over the in-memory pipe.
-		h.dialTCP = func(context.Context) (net.Conn, error) { return tp.up.dial() }
 	}
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -5,7 +5,7 @@ import (
 	"strconv"
 )
 
-// JSON-RPC error codes (spec §5).
+// JSON-RPC error codes (JSON-RPC 2.0 section 5.1, which MCP uses unchanged).
 const (
 	codeParseError     = -32700
 	codeInvalidRequest = -32600

@@ -92,7 +92,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}, []string{"version", "goversion"}),
 		storeDur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "taskgate_store_op_duration_seconds",
-			Help:    "Task store operation latency, by operation (create, get, finish, cancel, outcome, list, renew, recover, enqueue, drain, answer).",
+			Help:    "Task store operation latency, by operation (create, get, finish, cancel, outcome, list, renew, recover, enqueue, drain, answer, add_input, inputs, answer_inputs).",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 3},
 		}, []string{"op"}),
 		storeErrs: prometheus.NewCounterVec(prometheus.CounterOpts{

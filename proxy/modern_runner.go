@@ -13,8 +13,11 @@ import (
 // modernJob is the 2026-wire part of a task's job: the questions the
 // upstream call asked and the client has not answered yet, keyed by keys
 // unique for the task's life ("in-1", "in-2", ...). It lives in the process
-// running the call; answers reach it from any process through the store
-// (AddPending under modernSession, Answer, TakeAnswers).
+// running the call, with what it needs to forward each answer upstream;
+// the store holds each open question too (AddInputRequest), so tasks/get
+// on any process shows them and tasks/update on any process answers them
+// (AnswerInputs, which hands the answer to this process through the task's
+// inbox: TakeAnswers).
 //
 // A 2025 upstream asks with JSON-RPC requests on the call's stream, each
 // answered with a JSON-RPC response under the upstream's id. A 2026
@@ -49,6 +52,9 @@ type question struct {
 	params []byte
 	upID   []byte // 2025 upstream: the request's JSON-RPC id
 	upKey  string // 2026 upstream: the upstream's key
+	// unstored: recording it in the store failed, so only this process
+	// shows it and takes its answer.
+	unstored bool
 }
 
 func newModernJob(era int, m *modernMeta, params []byte) *modernJob {
@@ -76,6 +82,14 @@ func (mj *modernJob) nextQuestion() <-chan struct{} {
 		mj.newQ = make(chan struct{})
 	}
 	return mj.newQ
+}
+
+// unstored reports whether the open question key is missing from the store.
+func (mj *modernJob) unstored(key string) bool {
+	mj.mu.Lock()
+	defer mj.mu.Unlock()
+	q, ok := mj.open[key]
+	return ok && q.unstored
 }
 
 // answeredAny reports whether the client answered any question yet.
@@ -129,13 +143,35 @@ func (mj *modernJob) openRequests() []byte {
 		}
 		n++
 		out = appendJSONString(out, k)
-		out = append(out, `:{"method":`...)
-		out = appendJSONString(out, q.method)
-		out = append(out, `,"params":`...)
-		out = append(out, q.params...)
-		out = append(out, '}')
+		out = append(out, ':')
+		out = appendInputRequest(out, q.method, q.params)
 	}
 	return append(out, '}')
+}
+
+// appendInputRequest appends one input request as the client sees it:
+// {"method":..,"params":..}.
+func appendInputRequest(dst []byte, method string, params []byte) []byte {
+	dst = append(dst, `{"method":`...)
+	dst = appendJSONString(dst, method)
+	dst = append(dst, `,"params":`...)
+	dst = append(dst, params...)
+	return append(dst, '}')
+}
+
+// appendInputRequests renders requests of the store as an InputRequests
+// object.
+func appendInputRequests(dst []byte, reqs []taskstore.InputRequest) []byte {
+	dst = append(dst, '{')
+	for i, r := range reqs {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = appendJSONString(dst, r.Key)
+		dst = append(dst, ':')
+		dst = append(dst, r.Request...)
+	}
+	return append(dst, '}')
 }
 
 // deliver applies answers: each open key is closed at once and its answer
@@ -145,6 +181,7 @@ func (mj *modernJob) openRequests() []byte {
 func (mj *modernJob) deliver(h *Handler, j *job, answers []keyVal) bool {
 	type post struct{ body []byte }
 	var posts []post
+	taken := 0
 	mj.mu.Lock()
 	for _, a := range answers {
 		q, ok := mj.open[a.key]
@@ -153,6 +190,7 @@ func (mj *modernJob) deliver(h *Handler, j *job, answers []keyVal) bool {
 		}
 		delete(mj.open, a.key)
 		mj.answered = true
+		taken++
 		switch mj.era {
 		case era2025:
 			posts = append(posts, post{appendResultResponse(nil, q.upID, a.val)})
@@ -170,7 +208,7 @@ func (mj *modernJob) deliver(h *Handler, j *job, answers []keyVal) bool {
 	for _, p := range posts {
 		h.postUpstream(j, p.body)
 	}
-	if none && (len(posts) > 0 || len(answers) > 0) {
+	if none && taken > 0 {
 		h.eng.Working(h.root, &j.Job)
 	}
 	return none
@@ -196,15 +234,19 @@ func (h *Handler) modernAnswers(ctx context.Context, j *job) {
 	j.modern.deliver(h, j, answers)
 }
 
-// ask makes q an open question of the task: input_required in the store,
-// pending for answers from any process, and visible to tasks/get.
+// ask makes q an open question of the task: recorded in the store (so
+// any process shows it and can take its answer), input_required, and
+// visible to tasks/get.
 func (h *Handler) ask(ctx context.Context, j *job, q *question) {
 	mj := j.modern
 	key := mj.add(q)
-	if err := h.eng.Ask(ctx, &j.Job, modernSession(j.Task.ID), key, q.method); err != nil {
-		j.Log.Warn().Err(err).Msg("recording an open question in the store failed; only this process can take its answer")
-		h.eng.InputRequired(ctx, &j.Job, q.method)
+	if err := h.eng.AddInputRequest(ctx, &j.Job, key, appendInputRequest(nil, q.method, q.params)); err != nil {
+		j.Log.Warn().Err(err).Msg("recording an open question in the store failed; only this process shows it and takes its answer")
+		mj.mu.Lock()
+		q.unstored = true
+		mj.mu.Unlock()
 	}
+	h.eng.InputRequired(ctx, &j.Job, q.method)
 	mj.askedOnce.Do(func() { close(mj.asked) })
 }
 

@@ -267,14 +267,19 @@ func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 		return
 	}
 	if next == nil {
-		// The call runs on another replica: wait for its outcome through
-		// the store (a further question of it is not surfaced here).
-		t, out, err := h.eng.WaitTerminal(h.root, owner, taskID, nil, nil)
-		if err != nil {
+		// The call runs on another replica: wait through the store for
+		// its outcome or its next open question.
+		t, out, reqs, err := h.eng.WaitTerminalOrInput(h.root, owner, taskID)
+		switch {
+		case err != nil:
 			w.taskError(rc, info, env.id, err)
-			return
+		case len(reqs) > 0:
+			info.outcome = "input_required"
+			state := w.signState(owner, taskID, tool, true, time.Now().Add(holdFor))
+			h.rpcResult(rc, env.id, wire2026.AppendInputRequired(nil, appendInputRequests(nil, reqs), state))
+		default:
+			w.plainAnswer(rc, info, env.id, t, t, out)
 		}
-		w.plainAnswer(rc, info, env.id, t, t, out)
 		return
 	}
 	if string(j.modern.openRequests()) != "{}" {
@@ -336,7 +341,7 @@ func (w *modernWire) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *en
 			h.storeError(rc, info, env.id, err)
 			return
 		}
-		h.rpcResult(rc, env.id, w.appendGet(nil, t, out))
+		h.rpcResult(rc, env.id, w.appendGet(nil, t, out, w.openRequests(t)))
 	case methodTasksUpdate:
 		if !isObject(responses) {
 			w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: tasks/update needs an inputResponses object", nil)
@@ -375,8 +380,9 @@ func (w *modernWire) taskError(rc *fasthttp.RequestCtx, info *reqInfo, id []byte
 // when the task completed (a result with isError true, which the 2025 wire
 // shows as failed, is completed here), the upstream's JSON-RPC error
 // verbatim when it failed (or an error naming why taskgate failed it), and
-// the open questions while it waits for input.
-func (w *modernWire) appendGet(dst []byte, t *taskstore.Task, out *taskstore.Outcome) []byte {
+// the open questions (reqs, an InputRequests object or nil for none) while
+// it waits for input.
+func (w *modernWire) appendGet(dst []byte, t *taskstore.Task, out *taskstore.Outcome, reqs []byte) []byte {
 	wt := toWireTask(t)
 	var d wire2026.Detail
 	switch {
@@ -394,17 +400,40 @@ func (w *modernWire) appendGet(dst []byte, t *taskstore.Task, out *taskstore.Out
 		}
 		d.Error = wire2026.AppendErrorObject(nil, codeInternalError, "taskgate: "+msg)
 	case t.Status == taskstore.InputRequired:
-		if j := w.h.localJob(t.Owner, t.ID); j != nil && j.modern != nil {
-			if reqs := j.modern.openRequests(); string(reqs) != "{}" {
-				d.InputRequests = reqs
-			} else {
-				// Every question is answered; the runner has not
-				// recorded that yet.
-				wt.Status = string(taskstore.Working)
-			}
+		if len(reqs) > 0 {
+			d.InputRequests = reqs
+		} else {
+			// Every question is answered; the runner has not
+			// recorded that yet.
+			wt.Status = string(taskstore.Working)
 		}
 	}
 	return wire2026.AppendGetResult(dst, &wt, d)
+}
+
+// openRequests returns the open questions of t as an InputRequests object,
+// or nil when it has none or does not wait for input. They come from the
+// store, so every process shows the same ones; only when the store cannot
+// be read does the process running the call show its own.
+func (w *modernWire) openRequests(t *taskstore.Task) []byte {
+	if t.Status != taskstore.InputRequired {
+		return nil
+	}
+	h := w.h
+	reqs, err := h.eng.InputRequests(h.root, t.Owner, t.ID)
+	if err == nil {
+		if len(reqs) == 0 {
+			return nil
+		}
+		return appendInputRequests(nil, reqs)
+	}
+	h.log.Debug().Err(err).Str(logTaskID, t.ID).Msg("reading a task's open questions from the store failed")
+	if j := h.localJob(t.Owner, t.ID); j != nil && j.modern != nil {
+		if r := j.modern.openRequests(); string(r) != "{}" {
+			return r
+		}
+	}
+	return nil
 }
 
 // toWireTask is what the 2026 wire shows of t.
@@ -422,10 +451,11 @@ func toWireTask(t *taskstore.Task) wire2026.Task {
 
 // answer hands the client's answers (responses: key -> answer) to owner's
 // task taskID and returns the task. Unknown and already answered keys are
-// ignored, and so are answers to a finished task. When the call runs in
-// this process the answered questions are gone from the task before answer
-// returns; otherwise each answer travels through the store to the process
-// running the call.
+// ignored, and so are answers to a finished task. The store takes the
+// answered questions off the task atomically, so a tasks/get on any
+// process right after no longer shows them, and hands the answers to the
+// process running the call; when that is this process they are delivered
+// before answer returns.
 func (w *modernWire) answer(owner, taskID string, responses []byte) (*taskstore.Task, error) {
 	h := w.h
 	ctx := h.root
@@ -437,24 +467,45 @@ func (w *modernWire) answer(owner, taskID string, responses []byte) (*taskstore.
 	if err != nil {
 		return nil, newRPCError(codeInvalidParams, "taskgate: invalid inputResponses: "+err.Error())
 	}
-	if j := h.localJob(owner, taskID); j != nil && j.modern != nil {
-		if j.modern.deliver(h, j, answers) && t.Status == taskstore.InputRequired {
-			t.Status = taskstore.Working
-		}
+	if len(answers) == 0 {
 		return t, nil
 	}
-	for _, a := range answers {
-		_, err := h.eng.Answer(ctx, owner, modernSession(taskID), a.key, appendAnswer(nil, a.key, a.val))
-		if err != nil && !errors.Is(err, taskstore.ErrNotFound) {
-			return nil, err
+	in := make([]taskstore.InputAnswer, len(answers))
+	for i, a := range answers {
+		in[i] = taskstore.InputAnswer{Key: a.key, Msg: appendAnswer(nil, a.key, a.val)}
+	}
+	taken, open, err := h.eng.AnswerInputs(ctx, owner, taskID, in)
+	switch {
+	case errors.Is(err, taskstore.ErrTerminal):
+		return t, nil
+	case err != nil:
+		return nil, err
+	}
+	if open == 0 && len(taken) > 0 && t.Status == taskstore.InputRequired {
+		t.Status = taskstore.Working
+	}
+	if j := h.localJob(owner, taskID); j != nil && j.modern != nil {
+		// The store put the answers it took in the inbox, for the
+		// runner's supervisor; delivering them here makes them reach the
+		// call now (a key is delivered once, whichever gets there first).
+		// Questions the store never recorded are answered here only.
+		byKey := make(map[string]bool, len(taken))
+		for _, k := range taken {
+			byKey[k] = true
+		}
+		var mine []keyVal
+		for _, a := range answers {
+			if byKey[a.key] || j.modern.unstored(a.key) {
+				mine = append(mine, a)
+				delete(byKey, a.key)
+			}
+		}
+		if len(mine) > 0 && j.modern.deliver(h, j, mine) && t.Status == taskstore.InputRequired {
+			t.Status = taskstore.Working
 		}
 	}
 	return t, nil
 }
-
-// modernSession is the store's session name under which a 2026 task's
-// open questions wait for answers from any replica.
-func modernSession(taskID string) string { return "w26-" + taskID }
 
 // keyVal is one member of a JSON object.
 type keyVal struct {

@@ -114,7 +114,7 @@ func modernPost(method, params, caps, name string, headers ...string) *fasthttp.
 }
 
 // TestModernClassifier: the errors of the era check, before the upstream is
-// contacted (E-02, E-07, E-08, E-29).
+// contacted (M-02, M-07, M-08, M-29).
 func TestModernClassifier(t *testing.T) {
 	tp := newTestProxy(t, jsonAnswer(`{"jsonrpc":"2.0","id":7,"result":{}}`))
 	const tasksCaps = `{"extensions":{"io.modelcontextprotocol/tasks":{}}}`
@@ -150,7 +150,7 @@ func TestModernClassifier(t *testing.T) {
 			}
 		})
 	}
-	// An unknown version echoes what it supports (E-02).
+	// An unknown version echoes what it supports (M-02).
 	req := modernPost("tools/call", `{"name":"x"}`, `{}`, "x", "Mcp-Protocol-Version", "2099-01-01")
 	req.SetBodyString(strings.Replace(string(req.Body()), "2026-07-28", "2099-01-01", 1))
 	resp := tp.do(req)

@@ -88,26 +88,9 @@ func resultOf(msg []byte) ([]byte, bool) {
 
 // newUpstreamRequest makes req a POST to the upstream's MCP endpoint with
 // the client's headers (from hdr, when given: Authorization, Host, ...)
-// and taskgate's own Content-Type and Accept.
+// and taskgate's own Content-Type and Accept (upstream.Client.NewRequest).
 func (w *modernWire) newUpstreamRequest(req *fasthttp.Request, hdr *fasthttp.RequestHeader) {
-	h := w.h
-	if hdr != nil {
-		hdr.CopyTo(&req.Header)
-		stripRequestHopByHop(&req.Header)
-		req.Header.ResetConnectionClose()
-	} else {
-		req.Header.SetHost(h.upHost)
-	}
-	req.Header.SetMethod(fasthttp.MethodPost)
-	req.SetRequestURIBytes(h.mcpPath)
-	if hdr != nil {
-		req.Header.SetHostBytes(hdr.Host())
-		if h.cfg.RewriteHost || len(hdr.Host()) == 0 {
-			req.Header.SetHost(h.upHost)
-		}
-	}
-	req.Header.SetContentType("application/json")
-	req.Header.Set(fasthttp.HeaderAccept, "application/json, text/event-stream")
+	w.h.up.NewRequest(req, hdr)
 }
 
 // exchange sends req on a background connection and returns the HTTP
@@ -116,20 +99,20 @@ func (w *modernWire) newUpstreamRequest(req *fasthttp.Request, hdr *fasthttp.Req
 // answered by onRequest (nil: an error answer through answerTo, or none).
 func (w *modernWire) exchange(ctx context.Context, req *fasthttp.Request, answerTo *fasthttp.RequestHeader) (status int, msg []byte, sid string, err error) {
 	h := w.h
-	x, err := h.roundTrip(ctx, req)
+	x, err := h.up.RoundTrip(ctx, req)
 	if err != nil {
 		return 0, nil, "", err
 	}
-	defer x.done()
-	status = x.resp.StatusCode()
-	sid = string(x.resp.Header.Peek(headerSessionID))
-	body := x.resp.BodyStream()
+	defer x.Done()
+	status = x.Resp.StatusCode()
+	sid = string(x.Resp.Header.Peek(headerSessionID))
+	body := x.Resp.BodyStream()
 	if body == nil {
-		body = bytes.NewReader(x.resp.Body())
+		body = bytes.NewReader(x.Resp.Body())
 	}
-	if !isEventStream(x.resp.Header.ContentType()) {
+	if !isEventStream(x.Resp.Header.ContentType()) {
 		msg, err = readAllLimit(body, h.cfg.MaxResultSize)
-		x.reuse = err == nil
+		x.SetReusable(err == nil)
 		return status, msg, sid, err
 	}
 	r := newSSEReader(body, h.cfg.MaxResultSize)
@@ -140,7 +123,7 @@ func (w *modernWire) exchange(ctx context.Context, req *fasthttp.Request, answer
 			switch {
 			case perr != nil || env.batch != nil:
 			case env.method == "" && (env.hasResult || env.hasError):
-				x.drainEnd(body)
+				x.DrainEnd(body)
 				return status, append([]byte(nil), ev.data...), sid, nil
 			case env.method != "" && env.id != nil && answerTo != nil:
 				var ans []byte
@@ -164,16 +147,7 @@ func (w *modernWire) exchange(ctx context.Context, req *fasthttp.Request, answer
 
 // postWith posts body upstream with the headers hdr and discards the answer.
 func (w *modernWire) postWith(hdr *fasthttp.RequestHeader, body []byte) {
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	hdr.CopyTo(&req.Header)
-	req.Header.ResetConnectionClose()
-	req.SetBody(body)
-	if err := w.h.hc.DoTimeout(req, resp, 10*time.Second); err == nil {
-		_ = resp.CloseBodyStream()
-	}
+	_, _ = w.h.up.Post(hdr, body, 10*time.Second)
 }
 
 // prepareCall fills req (headers only) for a task's upstream call: for a
@@ -328,9 +302,24 @@ func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 	if err != nil {
 		out = msg
 	}
+	if cacheableMethod(env.method) {
+		if hinted, err := capability.AddCacheHints(out); err == nil {
+			out = hinted
+		}
+	}
 	rc.SetStatusCode(fasthttp.StatusOK)
 	rc.Response.Header.SetContentType("application/json")
 	rc.SetBody(out)
+}
+
+// cacheableMethod reports whether results of method carry cache hints
+// (ttlMs, cacheScope) on the 2026 wire.
+func cacheableMethod(method string) bool {
+	switch method {
+	case methodToolsList, "prompts/list", "resources/list", "resources/templates/list", "resources/read":
+		return true
+	}
+	return false
 }
 
 // bridgeSessions holds the upstream sessions of 2026 clients in front of
@@ -522,19 +511,7 @@ func (b *bridgeSessions) close(s *bridgeSession) {
 	if s.sid == "" {
 		return
 	}
-	h := b.w.h
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	req.Header.SetMethod(fasthttp.MethodDelete)
-	req.SetRequestURIBytes(h.mcpPath)
-	req.Header.SetHost(h.upHost)
-	req.Header.Set(headerSessionID, s.sid)
-	req.Header.Set(headerProtocolVersion, s.version)
-	if err := h.hc.DoTimeout(req, resp, 5*time.Second); err == nil {
-		_ = resp.CloseBodyStream()
-	}
+	_ = b.w.h.up.DeleteSession(s.sid, s.version, 5*time.Second)
 }
 
 // reapLoop closes idle bridge sessions until the handler stops, then all.

@@ -2,42 +2,12 @@ package proxy
 
 import (
 	"bufio"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
 )
-
-func TestChunkedComplete(t *testing.T) {
-	tests := []struct {
-		in   string
-		want bool
-	}{
-		{"0\r\n\r\n", true},
-		{"5\r\nhello\r\n0\r\n\r\n", true},
-		{"5\r\nhello\r\n3\r\nabc\r\n0\r\n\r\n", true},
-		{"1A\r\n" + strings.Repeat("x", 26) + "\r\n0\r\n\r\n", true},
-		{"5;ext=1\r\nhello\r\n0;last\r\n\r\n", true},
-		{"5\r\nhello\r\n0\r\nTrailer: v\r\n\r\n", true},
-		{"5\nhello\r\n0\n\n", true}, // bare LF line ends
-		{"", false},
-		{"5\r\nhel", false},
-		{"5\r\nhello\r\n", false},
-		{"5\r\nhello\r\n0\r\n", false},               // no end of the trailer section
-		{"5\r\nhello\r\n0\r\nTrailer: v\r\n", false}, // trailer not ended
-		{"zz\r\nhello\r\n0\r\n\r\n", false},          // not a size
-		{"\r\n", false},
-		{"123456789\r\nx\r\n0\r\n\r\n", false}, // absurd size
-		{"5\r\nhello0\r\n\r\n", false},         // data runs into the size line
-	}
-	for _, tc := range tests {
-		if got := chunkedComplete([]byte(tc.in)); got != tc.want {
-			t.Errorf("chunkedComplete(%q) = %v, want %v", tc.in, got, tc.want)
-		}
-	}
-}
 
 // connTracker records the remote address of each upstream request, to see
 // whether the proxy reused its connection.
@@ -109,7 +79,7 @@ func TestRelayEndWait(t *testing.T) {
 					_ = w.Flush()
 					time.Sleep(tc.gap) // the end of the body comes this much later
 				})
-			}, withTCP(), withHandler(func(h *Handler) { h.endWait = tc.wait }))
+			}, withTCP(), withHandler(func(h *Handler) { h.upClient().SetEndWait(tc.wait) }))
 			for i := range 2 {
 				start := time.Now()
 				resp := tp.doStream(newPost(`{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{}}`))
@@ -129,7 +99,7 @@ func TestRelayEndWait(t *testing.T) {
 					t.Fatalf("answer %d: more than one event", i)
 				}
 				_ = resp.CloseBodyStream()
-				waitFor(t, 5*time.Second, "the upstream connection back in the pool", func() bool { return tp.h.passPool.len() == 1 })
+				waitFor(t, 5*time.Second, "the upstream connection back in the pool", func() bool { n, _ := tp.h.idleConns(); return n == 1 })
 			}
 			if a := seen.get(); len(a) != 2 || a[0] != a[1] {
 				t.Errorf("upstream connections %v: want one, reused", a)

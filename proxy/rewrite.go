@@ -9,6 +9,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/taskgate/taskgate/capability"
+	"github.com/taskgate/taskgate/proxy/upstream"
 )
 
 // sessionVersionTTL is how long a bridged session's upstream version is
@@ -27,7 +28,7 @@ func (h *Handler) forwardRewriting(rc *fasthttp.RequestCtx, info *reqInfo, id []
 	h.prepareUpstream(rc, &rc.Request)
 	resp := fasthttp.AcquireResponse()
 	start := time.Now()
-	err := h.hc.Do(&rc.Request, resp)
+	err := h.up.Do(&rc.Request, resp)
 	h.m.upstreamLatency.WithLabelValues(metricMethod(info.method)).Observe(time.Since(start).Seconds())
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
@@ -44,7 +45,7 @@ func (h *Handler) forwardRewriting(rc *fasthttp.RequestCtx, info *reqInfo, id []
 	}
 	rw := fn(resp)
 	resp.Header.CopyTo(&rc.Response.Header)
-	stripResponseHopByHop(&rc.Response.Header)
+	upstream.StripResponseHopByHop(&rc.Response.Header)
 	rc.Response.Header.ResetConnectionClose()
 	body := resp.BodyStream()
 	if !sse {
@@ -60,6 +61,12 @@ func (h *Handler) forwardRewriting(rc *fasthttp.RequestCtx, info *reqInfo, id []
 	}
 	rc.Response.ImmediateHeaderFlush = true
 	max, lifetime := h.cfg.MaxResultSize, h.cfg.StreamMaxLifetime
+	// fasthttp runs this writer after forwardRewriting has returned, and
+	// from then on rc, its Request, Response and headers are fasthttp's
+	// (it writes the headers, then reuses the buffers). The writer touches
+	// only what it owns: resp and body (the upstream answer, released when
+	// it returns), rw (whose captures are copies), max and lifetime; w is
+	// valid until the writer returns.
 	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer fasthttp.ReleaseResponse(resp)
 		defer resp.CloseBodyStream() //nolint:errcheck // nothing to do about it

@@ -4,202 +4,21 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"sync"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/taskgate/taskgate/proxy/upstream"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
-// dialUpstream opens a connection for background calls.
-func (h *Handler) dialUpstream(ctx context.Context) (net.Conn, error) {
-	c, err := h.dialTCP(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return h.upstreamTLS(ctx, c)
-}
-
-// upstreamTLS returns c as is for an http upstream, and c after a TLS
-// handshake for an https one (c is closed if the handshake fails).
-func (h *Handler) upstreamTLS(ctx context.Context, c net.Conn) (net.Conn, error) {
-	if !h.upTLS {
-		return c, nil
-	}
-	tc := tls.Client(c, h.tlsConf)
-	if err := tc.HandshakeContext(ctx); err != nil {
-		_ = c.Close()
-		return nil, err
-	}
-	return tc, nil
-}
-
-// upstreamCall is one request and its streamed response on a connection
-// of the background pool. The connection closes when ctx ends (aborting
-// the upstream request: tasks/cancel, timeouts, shutdown); after a
-// response read to its end it goes back to the pool.
-type upstreamCall struct {
-	h     *Handler
-	c     *upConn
-	resp  *fasthttp.Response
-	stop  func() bool
-	reuse bool // the body was read to its end: the connection is clean
-}
-
-// abort closes the connection at once, unblocking a reader of the body.
-func (x *upstreamCall) abort() { _ = x.c.Close() }
-
-// done releases the response and pools or closes the connection.
-func (x *upstreamCall) done() {
-	ctxAlive := x.stop()
-	if x.reuse && ctxAlive && !x.resp.ConnectionClose() && x.resp.Header.ContentLength() != -2 {
-		x.h.bgPool.put(x.c)
-	} else {
-		_ = x.c.Close()
-	}
-	fasthttp.ReleaseResponse(x.resp)
-}
-
-// drainEnd reads what is left of a body that should be ending (an SSE
-// stream after its response, H-08) for a moment; only a body read to its
-// end leaves the connection reusable.
-func (x *upstreamCall) drainEnd(body io.Reader) {
-	if err := x.c.SetReadDeadline(time.Now().Add(drainWait)); err != nil {
-		return
-	}
-	_, err := io.Copy(io.Discard, io.LimitReader(body, 64<<10))
-	x.reuse = err == nil && x.c.SetReadDeadline(time.Time{}) == nil
-}
-
-// drainWait is how long a finished SSE answer may take to end.
-const drainWait = 200 * time.Millisecond
-
-// roundTrip sends req on a pooled (or new) connection and returns the
-// response with its body as a stream. A pooled connection is used only
-// while younger than UpstreamIdleConn (below the upstream's idle limit, so
-// the upstream is not closing it as we write); a request is never replayed.
-func (h *Handler) roundTrip(ctx context.Context, req *fasthttp.Request) (*upstreamCall, error) {
-	c := h.bgPool.get()
-	if c == nil {
-		conn, err := h.dialUpstream(ctx)
-		if err != nil {
-			return nil, err
-		}
-		c = newBgConn(conn)
-	}
-	x := &upstreamCall{h: h, c: c, resp: fasthttp.AcquireResponse()}
-	x.stop = context.AfterFunc(ctx, x.abort)
-	fail := func(err error) (*upstreamCall, error) {
-		x.reuse = false
-		x.done()
-		return nil, err
-	}
-	bw := bgWriters.Get().(*bufio.Writer)
-	bw.Reset(c)
-	err := req.Write(bw)
-	if err == nil {
-		err = bw.Flush()
-	}
-	bw.Reset(nil)
-	bgWriters.Put(bw)
-	if err != nil {
-		return fail(err)
-	}
-	x.resp.StreamBody = true
-	if err := x.resp.Read(c.br); err != nil {
-		return fail(err)
-	}
-	return x, nil
-}
-
-// upConn is an upstream connection with its buffers, for background calls
-// (bgPool) and pass-through (passPool).
-type upConn struct {
-	net.Conn
-	br        *bufio.Reader
-	bw        *bufio.Writer
-	idleSince time.Time
-}
-
-func newUpConn(c net.Conn) *upConn {
-	return &upConn{Conn: c, br: bufio.NewReaderSize(c, 16<<10), bw: bufio.NewWriter(c)}
-}
-
-// Background calls wait on their connection for as long as the call runs
-// (minutes, for thousands of tasks at once), so their buffers are what an
-// in-flight task costs: a 4 KiB reader (response headers and the stream),
-// no writer of their own (a pooled one writes the request), and a 4 KiB
-// SSE line reader (longer lines are gathered whole).
-const bgReadBuf = 4 << 10
-
-// newBgConn wraps a connection for background calls (bgPool); its bw is
-// nil: roundTrip writes with a writer from bgWriters.
-func newBgConn(c net.Conn) *upConn {
-	return &upConn{Conn: c, br: bufio.NewReaderSize(c, bgReadBuf)}
-}
-
-// bgWriters holds the writers of background requests.
-var bgWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10) }}
-
-// newBgSSEReader reads the SSE answer of a background call.
+// newBgSSEReader reads the SSE answer of a background call, with a line
+// buffer of the call's read buffer size (longer lines are gathered whole).
 func newBgSSEReader(body io.Reader, max int) *sseReader {
-	return &sseReader{br: bufio.NewReaderSize(body, bgReadBuf), max: max}
-}
-
-// connPool keeps idle upstream connections (LIFO). Safe for concurrent use.
-type connPool struct {
-	mu      sync.Mutex
-	idle    []*upConn
-	max     int
-	maxIdle time.Duration
-	closed  bool
-}
-
-func (p *connPool) get() *upConn {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for n := len(p.idle); n > 0; n = len(p.idle) {
-		c := p.idle[n-1]
-		p.idle = p.idle[:n-1]
-		if time.Since(c.idleSince) < p.maxIdle {
-			return c
-		}
-		_ = c.Close()
-	}
-	return nil
-}
-
-func (p *connPool) put(c *upConn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed || len(p.idle) >= p.max {
-		_ = c.Close()
-		return
-	}
-	c.idleSince = time.Now()
-	p.idle = append(p.idle, c)
-}
-
-func (p *connPool) len() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.idle)
-}
-
-func (p *connPool) close() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.closed = true
-	for _, c := range p.idle {
-		_ = c.Close()
-	}
-	p.idle = nil
+	return &sseReader{br: bufio.NewReaderSize(body, upstream.BackgroundReadBuf), max: max}
 }
 
 // callUpstream runs the call and classifies the upstream's answer.
@@ -213,11 +32,11 @@ func (h *Handler) callUpstream(ctx context.Context, j *job) callResult {
 // callUpstreamOnce sends the call's request once and classifies the answer.
 func (h *Handler) callUpstreamOnce(ctx context.Context, j *job) callResult {
 	j.req.Header.ResetConnectionClose()
-	x, err := h.roundTrip(ctx, j.req)
+	x, err := h.up.RoundTrip(ctx, j.req)
 	if err != nil {
 		return transportFailure(ctx, err)
 	}
-	defer x.done()
+	defer x.Done()
 	return h.readAnswer(ctx, j, x)
 }
 
@@ -225,8 +44,7 @@ func transportFailure(ctx context.Context, err error) callResult {
 	if ctx.Err() != nil {
 		return callResult{} // the cause decides
 	}
-	_, msg := statusFor(err)
-	return callResult{Status: taskstore.Failed, Message: msg[len("taskgate: "):] + ": " + err.Error(),
+	return callResult{Status: taskstore.Failed, Message: upstream.FailureMessage(err),
 		Outcome: taskstore.Outcome{Kind: taskstore.OutcomeInternal}}
 }
 
@@ -236,8 +54,8 @@ func internalFailure(format string, args ...any) callResult {
 }
 
 // readAnswer reads a JSON or SSE answer to the task's request.
-func (h *Handler) readAnswer(ctx context.Context, j *job, x *upstreamCall) callResult {
-	resp := x.resp
+func (h *Handler) readAnswer(ctx context.Context, j *job, x *upstream.Call) callResult {
+	resp := x.Resp
 	switch code := resp.StatusCode(); {
 	case code == fasthttp.StatusNotFound:
 		return internalFailure("upstream answered HTTP 404: its MCP session ended; re-initialize and call again")
@@ -253,7 +71,7 @@ func (h *Handler) readAnswer(ctx context.Context, j *job, x *upstreamCall) callR
 		return h.readSSEAnswer(ctx, j, x, body)
 	}
 	msg, err := readAllLimit(body, h.cfg.MaxResultSize)
-	x.reuse = err == nil
+	x.SetReusable(err == nil)
 	if errors.Is(err, errTooLarge) {
 		return internalFailure("upstream result exceeds the result size limit of %d bytes", h.cfg.MaxResultSize)
 	}
@@ -269,7 +87,7 @@ func (h *Handler) readAnswer(ctx context.Context, j *job, x *upstreamCall) callR
 // readSSEAnswer reads events until the response to the task's request,
 // answering upstream pings and resuming with GET + Last-Event-ID when the
 // upstream drops the connection after an event with an id (P-04, E-23).
-func (h *Handler) readSSEAnswer(ctx context.Context, j *job, cur *upstreamCall, body io.Reader) callResult {
+func (h *Handler) readSSEAnswer(ctx context.Context, j *job, cur *upstream.Call, body io.Reader) callResult {
 	var lastID string
 	retry := time.Second
 	for resumes := 0; ; resumes++ {
@@ -285,7 +103,7 @@ func (h *Handler) readSSEAnswer(ctx context.Context, j *job, cur *upstreamCall, 
 				}
 				if len(ev.data) > 0 {
 					if res, final := h.onUpstreamMessage(ctx, j, ev.data); final {
-						cur.drainEnd(body)
+						cur.DrainEnd(body)
 						return res
 					}
 				}
@@ -314,8 +132,8 @@ func (h *Handler) readSSEAnswer(ctx context.Context, j *job, cur *upstreamCall, 
 			}
 			return internalFailure("resuming the upstream stream failed: %v", err)
 		}
-		defer next.done()
-		cur, body = next, next.resp.BodyStream()
+		defer next.Done()
+		cur, body = next, next.Resp.BodyStream()
 	}
 }
 
@@ -323,7 +141,7 @@ func (h *Handler) readSSEAnswer(ctx context.Context, j *job, cur *upstreamCall, 
 const maxResumes = 10
 
 // resume reopens the call's stream: GET with Last-Event-ID (H-12).
-func (h *Handler) resume(ctx context.Context, j *job, lastID string) (*upstreamCall, error) {
+func (h *Handler) resume(ctx context.Context, j *job, lastID string) (*upstream.Call, error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	j.req.Header.CopyTo(&req.Header)
@@ -332,13 +150,13 @@ func (h *Handler) resume(ctx context.Context, j *job, lastID string) (*upstreamC
 	req.Header.Del(fasthttp.HeaderContentLength) // the POST's length would make the upstream wait for a body
 	req.Header.Set(fasthttp.HeaderAccept, "text/event-stream")
 	req.Header.Set(headerLastEventID, lastID)
-	x, err := h.roundTrip(ctx, req)
+	x, err := h.up.RoundTrip(ctx, req)
 	if err != nil {
 		return nil, err
 	}
-	if x.resp.StatusCode() != fasthttp.StatusOK || !isEventStream(x.resp.Header.ContentType()) {
-		code := x.resp.StatusCode()
-		x.done()
+	if x.Resp.StatusCode() != fasthttp.StatusOK || !isEventStream(x.Resp.Header.ContentType()) {
+		code := x.Resp.StatusCode()
+		x.Done()
 		return nil, fmt.Errorf("upstream answered the resume with HTTP %d", code)
 	}
 	return x, nil
@@ -431,19 +249,9 @@ func truncate(s string, n int) string {
 // postUpstream sends a message (a notification or a response) upstream
 // with the call's session headers and discards the answer.
 func (h *Handler) postUpstream(j *job, body []byte) {
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	j.hdr.CopyTo(&req.Header)
-	req.Header.ResetConnectionClose()
-	req.SetBody(body)
-	err := h.hc.DoTimeout(req, resp, 10*time.Second)
-	if err == nil {
-		_ = resp.CloseBodyStream()
-	}
-	if err != nil || resp.StatusCode() >= 300 {
-		j.Log.Warn().Err(err).Int(logStatus, resp.StatusCode()).Msg("message to the upstream not accepted")
+	status, err := h.up.Post(&j.hdr, body, 10*time.Second)
+	if err != nil || status >= 300 {
+		j.Log.Warn().Err(err).Int(logStatus, status).Msg("message to the upstream not accepted")
 	}
 }
 

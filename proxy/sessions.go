@@ -268,22 +268,9 @@ const msgSessionEnded = "cancelled: the client ended the MCP session that owned 
 // last call running on a session its client had ended (the engine's
 // endSessionTask found that).
 func (h *Handler) closeUpstreamSession(j *job) {
-	req := fasthttp.AcquireRequest()
-	resp := fasthttp.AcquireResponse()
-	defer fasthttp.ReleaseRequest(req)
-	defer fasthttp.ReleaseResponse(resp)
-	j.hdr.CopyTo(&req.Header)
-	req.Header.SetMethod(fasthttp.MethodDelete)
-	req.Header.ResetConnectionClose()
-	req.Header.Del(fasthttp.HeaderContentType)
-	req.Header.Del(fasthttp.HeaderContentLength)
-	req.SetBody(nil)
-	err := h.hc.DoTimeout(req, resp, 10*time.Second)
-	if err == nil {
-		_ = resp.CloseBodyStream()
-	}
-	if err != nil || resp.StatusCode() >= 300 && resp.StatusCode() != fasthttp.StatusNotFound {
-		j.Log.Warn().Err(err).Int(logStatus, resp.StatusCode()).Msg("ending the session upstream after its last task failed")
+	status, err := h.up.Delete(&j.hdr, 10*time.Second)
+	if err != nil || status >= 300 && status != fasthttp.StatusNotFound {
+		j.Log.Warn().Err(err).Int(logStatus, status).Msg("ending the session upstream after its last task failed")
 		return
 	}
 	j.Log.Info().Msg("session ended upstream after its last running task")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/taskgate/taskgate/proxy/engine"
 	"github.com/taskgate/taskgate/proxy/sysconn"
+	"github.com/taskgate/taskgate/proxy/upstream"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
@@ -223,7 +224,7 @@ func (h *Handler) getStream(rc *fasthttp.RequestCtx, info *reqInfo) {
 	// reader blocked on a long-lived stream.
 	ctx, cancel := context.WithCancel(h.root)
 	start := time.Now()
-	x, err := h.roundTrip(ctx, req)
+	x, err := h.up.RoundTrip(ctx, req)
 	fasthttp.ReleaseRequest(req)
 	h.m.upstreamLatency.WithLabelValues("get_stream").Observe(time.Since(start).Seconds())
 	if err != nil {
@@ -231,13 +232,13 @@ func (h *Handler) getStream(rc *fasthttp.RequestCtx, info *reqInfo) {
 		h.upstreamFailed(rc, info, nil, err)
 		return
 	}
-	resp, done, abort := x.resp, x.done, x.abort // a stream's connection is never reused
-	var upstream io.Reader
+	resp, done, abort := x.Resp, x.Done, x.Abort // a stream's connection is never reused
+	var upBody io.Reader
 	switch {
 	case resp.StatusCode() == fasthttp.StatusOK && isEventStream(resp.Header.ContentType()):
-		upstream = resp.BodyStream()
+		upBody = resp.BodyStream()
 		resp.Header.CopyTo(&rc.Response.Header)
-		stripResponseHopByHop(&rc.Response.Header)
+		upstream.StripResponseHopByHop(&rc.Response.Header)
 		rc.Response.Header.ResetConnectionClose()
 	case resp.StatusCode() == fasthttp.StatusMethodNotAllowed:
 		done()
@@ -259,6 +260,11 @@ func (h *Handler) getStream(rc *fasthttp.RequestCtx, info *reqInfo) {
 	info.outcome = "stream"
 	rc.Response.ImmediateHeaderFlush = true
 	sess := h.sessionKey(sid)
+	// The stream writer below runs after the handler has returned, when rc,
+	// its Request, Response and headers are fasthttp's: it never touches
+	// them. It uses copies and values it owns (owner, sess, se, upstream
+	// with done, cancel and abort) and conn, only to see the client leave,
+	// until it returns; w is valid until then too.
 	conn := rc.Conn()
 	se := h.beginStream(info)
 	h.eng.Enter()
@@ -280,7 +286,7 @@ func (h *Handler) getStream(rc *fasthttp.RequestCtx, info *reqInfo) {
 		sctx, scancel := context.WithCancel(h.root)
 		defer scancel()
 		defer sysconn.WatchClose(conn, func() { left.Store(true); scancel(); abort() })()
-		h.mergeStream(sctx, w, upstream, abort, owner, sess)
+		h.mergeStream(sctx, w, upBody, abort, owner, sess)
 	})
 }
 

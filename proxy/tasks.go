@@ -707,6 +707,12 @@ func (h *Handler) startResultStream(rc *fasthttp.RequestCtx, info *reqInfo, id [
 	rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
 	rc.Response.ImmediateHeaderFlush = true
 	evID := resultEventID(taskID, id)
+	// The stream writer below runs after the handler has returned, when rc,
+	// its Request, Response and headers are fasthttp's: it never touches
+	// them. It and body use copies only (evID, and the id, owner and taskID
+	// that body captured, which callers copy out of the request), se, and
+	// conn, only to see the client leave, until the writer returns; w is
+	// valid until then too.
 	conn := rc.Conn()
 	se := h.beginStream(info)
 	h.eng.Enter()

@@ -1041,14 +1041,14 @@ func TestBackgroundConnectionsReused(t *testing.T) {
 	}
 	// The first task dials; the pings answered during "progress" and the
 	// client-side requests of this test go through other pools.
-	if n := e.h.bgPool.len(); n != 1 {
+	if _, n := e.h.idleConns(); n != 1 {
 		t.Errorf("idle background connections = %d, want 1 (reused by each task)", n)
 	}
 	task := e.createTask(alice, "block", `{}`, `{}`)
-	pollUntil(t, 5*time.Second, func() bool { return e.h.bgPool.len() == 0 }, "the block call to take the pooled connection")
+	pollUntil(t, 5*time.Second, func() bool { _, n := e.h.idleConns(); return n == 0 }, "the block call to take the pooled connection")
 	e.call(alice, 1, "tasks/cancel", fmt.Sprintf(`{"taskId":%q}`, task.TaskID))
 	pollUntil(t, 5*time.Second, func() bool { return e.h.Running() == 0 }, "the runner to end")
-	if n := e.h.bgPool.len(); n != 0 {
+	if _, n := e.h.idleConns(); n != 0 {
 		t.Errorf("idle background connections after an aborted call = %d, want 0", n)
 	}
 }

@@ -98,8 +98,8 @@ func TestTLSUpstream(t *testing.T) {
 	if len(reqs) != 6 {
 		t.Errorf("upstream saw %d requests, want 6", len(reqs))
 	}
-	if n := e.h.passPool.len() + e.h.bgPool.len(); n < 2 {
-		t.Errorf("%d idle TLS connections pooled after the calls, want the relay's and the runner's", n)
+	if pass, bg := e.h.idleConns(); pass+bg < 2 {
+		t.Errorf("%d idle TLS connections pooled after the calls, want the relay's and the runner's", pass+bg)
 	}
 }
 

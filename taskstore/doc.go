@@ -1,9 +1,11 @@
 // Package taskstore keeps MCP tasks (2025-11-25) and their outcomes.
 //
-// Store is the interface the proxy uses, the union of five role
+// Store is the interface the proxy uses, the union of its role
 // interfaces: Tasks (create, read, change, list), Leases (renew, recover),
 // Events (Watch, WatchKinds, WatchSession), Mailboxes (queued messages,
-// pending requests, answers) and SessionRecords. Two implementations keep
+// pending requests, answers), Inputs (a task's open input requests, read
+// and answered from any replica), SessionVersions and SessionRecords. Two
+// implementations keep
 // the same contract, checked by one store suite that runs on both (and on
 // miniredis, a real redis-server and a Redis Cluster):
 //
@@ -85,4 +87,7 @@
 // Finish keeps the notifications queued before it). The session is read
 // from the task hash inside the scripts, which build the session keys from
 // owner-slot prefixes passed as arguments (like listCmd's task keys).
+//
+// The IDs cited in this package (T-23, Q-19, ...) are defined in the
+// glossary of package proxy's documentation (proxy/doc.go).
 package taskstore

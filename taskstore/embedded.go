@@ -130,7 +130,8 @@ type memTask struct {
 	out                      json.RawMessage
 	queue                    []Message
 	inbox                    [][]byte
-	listenUntil              int64 // unix ms; 0 = no listening mark
+	inputs                   map[string][]byte // open input requests by key
+	listenUntil              int64             // unix ms; 0 = no listening mark
 	pend                     []pendRef
 	gone                     bool
 }
@@ -479,7 +480,7 @@ func (sh *memShard) end(o *memOwner, t *memTask, st Status, msg string, out Outc
 		t.queue = nil
 		o.unqueue(t)
 	}
-	t.inbox, t.listenUntil = nil, 0
+	t.inbox, t.inputs, t.listenUntil = nil, nil, 0
 	sh.publish(t, EventTerminal)
 	sh.publishSession(t.owner, t.sess, SessionEvent{Kind: SessionStatus, TaskID: t.id})
 }
@@ -1053,7 +1054,7 @@ func (sh *memShard) drop(t *memTask, now int64) {
 		}
 	}
 	t.gone = true
-	t.queue, t.inbox, t.out, t.pend = nil, nil, nil, nil
+	t.queue, t.inbox, t.out, t.pend, t.inputs = nil, nil, nil, nil, nil
 	o.gone++
 	if o.gone > 32 && 2*o.gone > len(o.index) {
 		kept := o.index[:0]

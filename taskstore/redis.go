@@ -382,8 +382,8 @@ func (s *Redis) Finish(ctx context.Context, owner, id string, st Status, msg str
 }
 
 // Cancel implements Store like Finish with status cancelled and no outcome.
-// msg replaces the status message. The returned task is the cancelled state
-//
+// msg replaces the status message. The returned task is the cancelled state,
+// so the tasks/cancel answer does not depend on the task still being stored.
 func (s *Redis) Cancel(ctx context.Context, owner, id, msg string) (*Task, error) {
 	ctx, cancel := bound(ctx, s.opTimeout)
 	defer cancel()
@@ -420,7 +420,8 @@ func (s *Redis) terminate(ctx context.Context, op, owner, id string, st Status, 
 
 // terminateKeys are terminateCmd's KEYS.
 func (s *Redis) terminateKeys(owner, id string) []string {
-	return []string{s.k.task(owner, id), s.k.live(owner), s.k.queue(owner, id), s.k.inbox(owner, id), s.k.listening(owner, id)}
+	return []string{s.k.task(owner, id), s.k.live(owner), s.k.queue(owner, id), s.k.inbox(owner, id), s.k.listening(owner, id),
+		s.k.inputs(owner, id)}
 }
 
 // taskReply maps a {code, meta...} script reply.

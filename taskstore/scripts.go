@@ -225,15 +225,15 @@ return reply(1, v)
 // (failed + internal outcome, only if the lease expired). It refuses to
 // leave a terminal status (T-23, T-57, T-59), so a late outcome after a
 // cancel is dropped. The task leaves the owner's live zset (and its
-// session's queued set), its inbox and listening mark are deleted, and so is
-// its outbound queue, except that Finish keeps the notifications queued
-// before the end (they precede the result; nothing new is queued after it,
-// T-50) and drops queued requests. A wake-up is
+// session's queued set); its inbox, listening mark and open input requests
+// are deleted, and so is its outbound queue, except that Finish keeps the
+// notifications queued before the end (they precede the result; nothing
+// new is queued after it, T-50) and drops queued requests. A wake-up is
 // published on the task's channel and, if the task has a session, "s:<id>"
 // on the session channel.
 //
 // KEYS[1] task hash, KEYS[2] owner live zset, KEYS[3] queue, KEYS[4]
-// inbox, KEYS[5] listening mark.
+// inbox, KEYS[5] listening mark, KEYS[6] open input requests.
 // ARGV[1] status, ARGV[2] message (replaces the current one), ARGV[3] now
 // ms, ARGV[4] event channel, ARGV[5] outcome kind ("" = store none),
 // ARGV[6] outcome raw, ARGV[7] lease cutoff ms (0 = none; else refuse
@@ -242,13 +242,13 @@ return reply(1, v)
 // ARGV[11] "1" to keep queued notifications (Finish), ARGV[12] session
 // listener registry (spub).
 // Optional, on a single node (Finish and Cancel; not Cluster, not Recover):
-// KEYS[6] the lease zset and ARGV[13] the lease member, removed first
+// KEYS[7] the lease zset and ARGV[13] the lease member, removed first
 // whatever the outcome (a terminal or missing task needs no lease).
 // Returns {1, meta...} after the change, {0} missing or expired,
 // {-1} terminal, {-2, lease deadline ms} lease not expired (Recover moves
 // the lease entry there).
 var terminateCmd = redis.NewScript(luaPrelude + `
-if KEYS[6] then redis.call("ZREM", KEYS[6], ARGV[13]) end
+if KEYS[7] then redis.call("ZREM", KEYS[7], ARGV[13]) end
 local now = tonumber(ARGV[3])
 local v = meta(KEYS[1])
 if not alive(v, now) then return {0} end
@@ -286,9 +286,9 @@ if ARGV[11] == "1" then
       if pttl > 0 then redis.call("PEXPIRE", KEYS[3], pttl) end
     end
   end
-  redis.call("DEL", KEYS[4], KEYS[5])
+  redis.call("DEL", KEYS[4], KEYS[5], KEYS[6])
 else
-  redis.call("DEL", KEYS[3], KEYS[4], KEYS[5])
+  redis.call("DEL", KEYS[3], KEYS[4], KEYS[5], KEYS[6])
 end
 redis.call("PUBLISH", ARGV[4], "t")
 if v[10] and v[10] ~= "" then

@@ -188,6 +188,7 @@ type Store interface {
 	Leases
 	Events
 	Mailboxes
+	Inputs
 	SessionVersions
 	// SessionRecords (sessions.go): owner binding and lifetime of the
 	// upstream sessions.

@@ -58,6 +58,8 @@ func runSuite(t *testing.T, newBackend func(testing.TB) *backend) {
 		{"SessionLifetime", testSessionLifetime},
 		{"SessionLastCallRace", testSessionLastCallRace},
 		{"PendingTask", testPendingTask},
+		{"InputRequests", testInputRequests},
+		{"InputAnswerRace", testInputAnswerRace},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, newBackend(t)) })
@@ -910,6 +912,18 @@ func testNothingLeaks(t *testing.T, b *backend) {
 		return nil
 	})
 	add("Update", func() error { _, err := s.Update(ctx, ownerA, t1.ID, InputRequired, "x"); return err })
+	add("AddInputRequest", func() error {
+		for _, x := range []*Task{t1, t3} {
+			if err := s.AddInputRequest(ctx, x.Owner, x.ID, "in-1", []byte(`{"method":"roots/list"}`)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	add("AnswerInputs", func() error {
+		_, _, err := s.AnswerInputs(ctx, ownerA, t1.ID, []InputAnswer{{"in-1", []byte("{}")}})
+		return err
+	})
 	add("Renew", func() error { _, err := s.Renew(ctx, ownerA, t1.ID, time.Hour); return err })
 	add("Finish", func() error {
 		_, err := s.Finish(ctx, ownerA, t1.ID, Completed, "", Outcome{OutcomeResult, json.RawMessage(`{}`)})

@@ -3,6 +3,9 @@
 // quickstart puts behind taskgate and what the e2e tests use as a real
 // upstream.
 //
+// It is a development tool, not part of taskgate: it is not in the image and
+// its tools and flags may change with the tests that use them.
+//
 // Tools: echo, slow (progress, log notifications, cancellation), fail
 // (isError result), rpc_error (JSON-RPC error), large (big result with its
 // sha256), ask (elicitation) and stats (counters tests read to see that a
@@ -11,7 +14,7 @@
 // Usage:
 //
 //	legacy-mcp [--listen 127.0.0.1:3000] [--path /mcp] [--stateless] [--json]
-//	           [--max-protocol-version 2025-11-25] [--log-level info] [--fixtures]
+//	           [--max-protocol-version 2025-11-25] [--log-level info] [--fixtures] [--everything]
 //	legacy-mcp --stdio [--max-protocol-version 2025-11-25] [--log-level info]
 //
 // --fixtures adds the tools the official conformance suite's tasks scenarios
@@ -19,6 +22,9 @@
 // multi_input, test_tool_with_task; see fixtures.go). With
 // --max-protocol-version 2026-07-28 --stateless it is an upstream of the MCP
 // 2026-07-28 era (the SDK serves that era only on stateless servers).
+// --everything adds what the conformance suite's 2025-era server scenarios
+// call (test_* tools, resources, prompts, completions, subscriptions; see
+// everything.go).
 //
 // It prints "listening on http://ADDR/PATH" to stderr once it accepts
 // connections, and shuts down gracefully on SIGINT or SIGTERM. With
@@ -61,7 +67,13 @@ type config struct {
 	anyHost            bool          // accept any Host header on loopback (no DNS rebinding protection)
 	shutdownTimeout    time.Duration // how long running requests may take to finish at shutdown
 	fixtures           bool          // add the conformance fixture tools
+	everything         bool          // add what the 2025-era conformance server scenarios call
 }
+
+// usageNote heads --help: what the program is, and that it is a
+// development tool.
+const usageNote = "a demo MCP server on the official Go SDK, without tasks (the upstream of taskgate's quickstart and e2e tests).\n" +
+	"A development tool of taskgate, not part of the product."
 
 // defaultMaxProtocolVersion is the newest protocol version served by default:
 // the one whose tasks taskgate adds. The SDK also speaks 2026-07-28.
@@ -97,6 +109,10 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	var cfg config
 	fs := flag.NewFlagSet("legacy-mcp", flag.ContinueOnError)
 	fs.SetOutput(out)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "legacy-mcp: %s\n\nUsage of legacy-mcp:\n", usageNote)
+		fs.PrintDefaults()
+	}
 	fs.StringVar(&cfg.listen, "listen", "127.0.0.1:3000", "address to listen on")
 	fs.StringVar(&cfg.path, "path", "/mcp", "URL path of the MCP endpoint")
 	fs.BoolVar(&cfg.stdio, "stdio", false, "serve one client over stdin and stdout (newline-delimited JSON-RPC) instead of HTTP; exits when stdin closes")
@@ -108,6 +124,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")
 	fs.BoolVar(&cfg.anyHost, "any-host", false, "accept requests with any Host header on a loopback address (disables the SDK's DNS rebinding protection)")
 	fs.BoolVar(&cfg.fixtures, "fixtures", false, "add the tools the official conformance suite's tasks scenarios call (greet, slow_compute, failing_job, protocol_error_job, confirm_delete, multi_input, test_tool_with_task)")
+	fs.BoolVar(&cfg.everything, "everything", false, "add the tools (test_*), resources, prompts, completions and subscriptions the official conformance suite's 2025-era server scenarios call")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 5*time.Second, "at shutdown, how long running requests may take before they are cut")
 	if err := fs.Parse(args); err != nil {
 		return config{}, err

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -161,6 +162,20 @@ func TestParseFlags(t *testing.T) {
 				t.Errorf("parseFlags(%q) mismatch (-want +got):\n%s", tt.args, diff)
 			}
 		})
+	}
+}
+
+// TestHelpSaysDevTool: --help says what legacy-mcp is and that it is a
+// development tool, before the flags.
+func TestHelpSaysDevTool(t *testing.T) {
+	var out strings.Builder
+	if _, err := parseFlags([]string{"--help"}, &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	help := out.String()
+	if !strings.HasPrefix(help, "legacy-mcp: a demo MCP server") || !strings.Contains(help, "A development tool of taskgate, not part of the product.") ||
+		!strings.Contains(help, "-fixtures") {
+		t.Errorf("--help:\n%s", help)
 	}
 }
 

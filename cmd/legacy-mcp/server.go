@@ -43,16 +43,21 @@ const (
 // cfg.maxProtocolVersion. Cancelling root (at shutdown) ends running slow and
 // ask calls.
 func newServer(root context.Context, cfg config, log *slog.Logger) *mcp.Server {
-	s := mcp.NewServer(&mcp.Implementation{
-		Name:    "legacy-mcp",
-		Title:   "taskgate demo legacy MCP server",
-		Version: "0.1.0",
-	}, &mcp.ServerOptions{
+	opts := &mcp.ServerOptions{
 		Instructions: "A demo MCP server without tasks support, used to try taskgate. " +
 			"Tools: echo, slow (long-running with progress), fail, rpc_error, large, ask (elicitation), stats.",
 		Logger:                    sdkLogger(log),
 		SupportedProtocolVersions: versionsUpTo(cfg.maxProtocolVersion),
-	})
+	}
+	every := &everything{subs: map[string]bool{}}
+	if cfg.everything {
+		every.options(opts)
+	}
+	s := mcp.NewServer(&mcp.Implementation{
+		Name:    "legacy-mcp",
+		Title:   "taskgate demo legacy MCP server",
+		Version: "0.1.0",
+	}, opts)
 	s.AddReceivingMiddleware(defaultLogLevel)
 
 	t := &tools{stats: newStats(), root: root}
@@ -136,6 +141,9 @@ func newServer(root context.Context, cfg config, log *slog.Logger) *mcp.Server {
 	}, t.statsTool)
 	if cfg.fixtures {
 		addFixtures(t, s)
+	}
+	if cfg.everything {
+		addEverything(t, s)
 	}
 	return s
 }

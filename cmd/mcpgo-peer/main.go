@@ -5,6 +5,9 @@
 // (cmd/tgload): the same echo tool, with tasks answered by the server itself
 // instead of by a proxy in front of it.
 //
+// It is a development tool, not part of taskgate: it is not in the image and
+// its tools and flags may change with the tests that use them.
+//
 // Tools (both with execution.taskSupport "optional", so task-augmented calls
 // are run as native mcp-go tasks; --no-tasks drops the tasks capability and
 // taskSupport, making the same server a legacy upstream to put behind
@@ -45,7 +48,19 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 )
 
+// usageNote heads --help: what the program is, and that it is a
+// development tool.
+const usageNote = "an MCP server on mcp-go with tasks of its own (the comparison peer of taskgate's load tests; --no-tasks: a legacy upstream).\n" +
+	"A development tool of taskgate, not part of the product."
+
+// usage writes --help to flag.CommandLine's output.
+func usage() {
+	fmt.Fprintf(flag.CommandLine.Output(), "mcpgo-peer: %s\n\nUsage of mcpgo-peer:\n", usageNote)
+	flag.PrintDefaults()
+}
+
 func main() {
+	flag.Usage = usage
 	listen := flag.String("listen", "127.0.0.1:3100", "address to listen on")
 	path := flag.String("path", "/mcp", "URL path of the MCP endpoint")
 	stateful := flag.Bool("stateful", false, "keep and validate session ids (mcp-go's InsecureStatefulSessionIdManager)")

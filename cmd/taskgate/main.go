@@ -45,9 +45,23 @@ import (
 	"github.com/taskgate/taskgate/taskstore"
 )
 
-// defaultAdminListen is --admin-listen's default. 8081, beside the proxy's
-// 8080: 9090 is Prometheus's own port.
-const defaultAdminListen = "127.0.0.1:8081"
+// Defaults of the flags that configure the command itself. The flags that
+// configure the proxy and the stdio upstream take theirs from packages proxy
+// and proxy/stdio (proxy.Default*, stdio.Default*), so taskgate without a
+// flag and the packages with a zero Config behave alike.
+const (
+	defaultListen = "127.0.0.1:8080"
+	// defaultAdminListen is 8081, beside the proxy's 8080: 9090 is
+	// Prometheus's own port.
+	defaultAdminListen = "127.0.0.1:8081"
+	defaultLogLevel    = "info"
+	defaultLogFormat   = "json"
+	// defaultProcs: one processor costs the least CPU per request beside an
+	// upstream on the same machine.
+	defaultProcs = 1
+	// defaultShutdownGrace: on SIGTERM, how long running calls may finish.
+	defaultShutdownGrace = 30 * time.Second
+)
 
 // retriesWarning is logged when the policy asks for re-runs.
 const retriesWarning = "policy: idempotent/maxRetries are set, but this version never re-runs a call lost with a crashed replica; such tasks fail (see README, Leases)"
@@ -99,7 +113,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet("taskgate", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // run prints errors and --help itself
 	fs.Usage = func() {}
-	fs.StringVar(&o.listen, "listen", "127.0.0.1:8080", "address the proxy listens on")
+	fs.StringVar(&o.listen, "listen", defaultListen, "address the proxy listens on")
 	fs.StringVar(&o.upstream, "upstream", "", "URL of the upstream MCP endpoint, e.g. http://127.0.0.1:3000/mcp (this or --upstream-command is required)")
 	fs.StringVar(&o.upstreamCommand, "upstream-command", "", "run a stdio MCP server instead of an HTTP --upstream: program and arguments, split like a shell without expansion, e.g. 'npx -y @modelcontextprotocol/server-memory'; one process per client session")
 	fs.Func("upstream-env", "NAME=VALUE added to the --upstream-command environment (which is taskgate's own); repeatable, or newline-separated in the variable; values are never logged", func(v string) error {
@@ -117,39 +131,39 @@ func newFlagSet(o *options) *flag.FlagSet {
 		return nil
 	})
 	fs.StringVar(&o.upstreamDir, "upstream-dir", "", "working directory of the --upstream-command processes; empty = taskgate's")
-	fs.IntVar(&o.stdioMaxChildren, "stdio-max-children", 64, "maximum --upstream-command processes at once (one per client session); initialize gets HTTP 503 above it")
-	durationVar(fs, &o.stdioIdle, "stdio-idle-timeout", 15*time.Minute, "stop a session's --upstream-command process after this long without a call in flight, an open GET stream or traffic")
-	durationVar(fs, &o.stdioInitTimeout, "stdio-init-timeout", 30*time.Second, "kill an --upstream-command process that has not answered initialize this long after it started")
-	fs.IntVar(&o.stdioMaxLine, "stdio-max-line", 32<<20, "maximum bytes of one message (line) from an --upstream-command process; longer lines are dropped and the call they answer fails")
-	durationVar(fs, &o.stdioStop, "stdio-stop-grace", 5*time.Second, "stopping an --upstream-command process: its stdin is closed, then after this SIGTERM, then after this again SIGKILL (whole process group)")
+	fs.IntVar(&o.stdioMaxChildren, "stdio-max-children", stdio.DefaultMaxChildren, "maximum --upstream-command processes at once (one per client session); initialize gets HTTP 503 above it")
+	durationVar(fs, &o.stdioIdle, "stdio-idle-timeout", stdio.DefaultIdleTimeout, "stop a session's --upstream-command process after this long without a call in flight, an open GET stream or traffic")
+	durationVar(fs, &o.stdioInitTimeout, "stdio-init-timeout", stdio.DefaultInitTimeout, "kill an --upstream-command process that has not answered initialize this long after it started")
+	fs.IntVar(&o.stdioMaxLine, "stdio-max-line", stdio.DefaultMaxLineSize, "maximum bytes of one message (line) from an --upstream-command process; longer lines are dropped and the call they answer fails")
+	durationVar(fs, &o.stdioStop, "stdio-stop-grace", stdio.DefaultStopGrace, "stopping an --upstream-command process: its stdin is closed, then after this SIGTERM, then after this again SIGKILL (whole process group)")
 	fs.BoolVar(&o.stdioShared, "stdio-shared", false, "one --upstream-command process for all client sessions (stateless servers only): taskgate rewrites request ids and progress tokens so answers never cross sessions; requests and notifications the server sends on its own reach no session")
 	fs.StringVar(&o.upstreamCA, "upstream-ca", "", "PEM file of the CA certificates trusted for an https --upstream, instead of the system's")
 	fs.StringVar(&o.redisURL, "redis", "", "task store: redis://, rediss://, redis+cluster:// or redis+sentinel:// URL; empty = embedded in-process store (single process only)")
 	fs.StringVar(&o.configPath, "config", "", "policy file (YAML); empty = defaults (every tool optional)")
 	fs.StringVar(&o.adminListen, "admin-listen", defaultAdminListen, "address of /healthz, /readyz, /readyz/store and /metrics; empty disables")
-	fs.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	fs.StringVar(&o.logFormat, "log-format", "json", "log format: json or console")
+	fs.StringVar(&o.logLevel, "log-level", defaultLogLevel, "log level: debug, info, warn, error")
+	fs.StringVar(&o.logFormat, "log-format", defaultLogFormat, "log format: json or console")
 	fs.StringVar(&o.ownerKey, "owner-key", "", "secret (>= 16 bytes) keying task owners and list cursors; empty = with --redis, a key created once in Redis and shared by every taskgate on it; without --redis, random per process")
 	fs.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated Origin allow-list (403 otherwise); empty = not checked by taskgate")
 	fs.BoolVar(&o.rewriteHost, "rewrite-host", false, "send the upstream's host as Host instead of the client's (needed when the upstream checks Host against DNS rebinding, as the official Go SDK does on loopback; taskgate then checks Origin itself if --allowed-origins is set)")
-	fs.IntVar(&o.procs, "procs", 1, "CPUs that run taskgate's Go code at once (GOMAXPROCS); 1 costs the least CPU per request beside an upstream; 0 = Go's choice (the GOMAXPROCS variable, else CPU count or container limit)")
+	fs.IntVar(&o.procs, "procs", defaultProcs, "CPUs that run taskgate's Go code at once (GOMAXPROCS); 1 costs the least CPU per request beside an upstream; 0 = Go's choice (the GOMAXPROCS variable, else CPU count or container limit)")
 	fs.BoolVar(&o.directIO, "direct-io", true, "read and write client and upstream TCP sockets with direct system calls (less CPU per request); false = Go's net.Conn")
-	fs.IntVar(&o.maxBodySize, "max-body-size", 4<<20, "maximum request body in bytes (413 above)")
-	fs.IntVar(&o.maxResultSize, "max-result-size", 32<<20, "maximum upstream result of a task in bytes (the task fails above)")
-	fs.IntVar(&o.maxTasksPerOwner, "max-tasks-per-owner", 100, "maximum unfinished tasks per owner; -1 = unlimited")
-	fs.IntVar(&o.listPageSize, "list-page-size", 50, "tasks/list page size")
-	fs.Float64Var(&o.taskRate, "task-rate", 100, "task operations (task calls and tasks/*) per second per owner and process; unknown-task lookups count 5; -1 disables")
-	fs.IntVar(&o.taskBurst, "task-burst", 500, "burst size of --task-rate")
-	fs.IntVar(&o.queueMax, "queue-max", 256, "undelivered messages kept per task (progress/log dropped oldest-first above; requests never)")
-	durationVar(fs, &o.streamIdle, "stream-idle-timeout", 10*time.Minute, "cut an upstream answer that sends nothing for this long")
-	durationVar(fs, &o.streamLifetime, "stream-max-lifetime", time.Hour, "maximum lifetime of one proxied SSE stream")
-	durationVar(fs, &o.upstreamIdleConn, "upstream-idle-conn", 3*time.Second, "close idle upstream keep-alive connections after this (keep below the upstream's idle limit)")
-	durationVar(fs, &o.promoteWindow, "promote-window", 250*time.Millisecond,
+	fs.IntVar(&o.maxBodySize, "max-body-size", proxy.DefaultMaxBodySize, "maximum request body in bytes (413 above)")
+	fs.IntVar(&o.maxResultSize, "max-result-size", proxy.DefaultMaxResultSize, "maximum upstream result of a task in bytes (the task fails above)")
+	fs.IntVar(&o.maxTasksPerOwner, "max-tasks-per-owner", proxy.DefaultMaxTasksPerOwner, "maximum unfinished tasks per owner; -1 = unlimited")
+	fs.IntVar(&o.listPageSize, "list-page-size", proxy.DefaultListPageSize, "tasks/list page size")
+	fs.Float64Var(&o.taskRate, "task-rate", proxy.DefaultTaskRate, "task operations (task calls and tasks/*) per second per owner and process; unknown-task lookups count 5; -1 disables")
+	fs.IntVar(&o.taskBurst, "task-burst", proxy.DefaultTaskBurst, "burst size of --task-rate")
+	fs.IntVar(&o.queueMax, "queue-max", proxy.DefaultQueueMax, "undelivered messages kept per task (progress/log dropped oldest-first above; requests never)")
+	durationVar(fs, &o.streamIdle, "stream-idle-timeout", proxy.DefaultStreamIdleTimeout, "cut an upstream answer that sends nothing for this long")
+	durationVar(fs, &o.streamLifetime, "stream-max-lifetime", proxy.DefaultStreamMaxLifetime, "maximum lifetime of one proxied SSE stream")
+	durationVar(fs, &o.upstreamIdleConn, "upstream-idle-conn", proxy.DefaultUpstreamIdleConn, "close idle upstream keep-alive connections after this (keep below the upstream's idle limit)")
+	durationVar(fs, &o.promoteWindow, "promote-window", proxy.DefaultPromoteWindow,
 		"MCP 2026-07-28 clients: how long a task-eligible tools/call runs before it becomes a task (sooner: a plain result, or an InputRequiredResult when the upstream asks)")
-	durationVar(fs, &o.keepAlive, "keepalive", 15*time.Second, "interval of SSE keep-alive comments on tasks/result waits")
-	durationVar(fs, &o.lease, "lease", 15*time.Second, "task lease: a task whose runner died is failed by another replica within this (renewed every lease/5)")
-	durationVar(fs, &o.shutdownGrace, "shutdown-grace", 30*time.Second, "on SIGTERM, how long running task calls may finish before they are cancelled and failed")
-	durationVar(fs, &o.storeTimeout, "store-timeout", 3*time.Second, "bound on each task store operation")
+	durationVar(fs, &o.keepAlive, "keepalive", proxy.DefaultKeepAlive, "interval of SSE keep-alive comments on tasks/result waits")
+	durationVar(fs, &o.lease, "lease", proxy.DefaultLease, "task lease: a task whose runner died is failed by another replica within this (renewed every lease/5)")
+	durationVar(fs, &o.shutdownGrace, "shutdown-grace", defaultShutdownGrace, "on SIGTERM, how long running task calls may finish before they are cancelled and failed")
+	durationVar(fs, &o.storeTimeout, "store-timeout", proxy.DefaultStoreTimeout, "bound on each task store operation")
 	return fs
 }
 

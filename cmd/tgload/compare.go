@@ -21,14 +21,17 @@ import (
 // errInterrupted ends a comparison stopped by a signal.
 var errInterrupted = errors.New("interrupted")
 
-// compareTarget is one endpoint of --compare.
+// compareTarget is one endpoint of --compare, on one wire (era).
 type compareTarget struct {
 	name, url string
+	era       string // era2025 or era2026
 }
 
 // parseCompare parses --compare: a comma list of name=URL (a bare URL is
-// named by its position).
-func parseCompare(s string) ([]compareTarget, error) {
+// named by its position). With more than one era, every endpoint becomes
+// one target per era, named name/era, in endpoint order, then era order:
+// one endpoint and --era 2025,2026 compare the two wires of one server.
+func parseCompare(s string, eras []string) ([]compareTarget, error) {
 	var out []compareTarget
 	for i, item := range splitList(s) {
 		name, u, ok := strings.Cut(item, "=")
@@ -42,10 +45,19 @@ func parseCompare(s string) ([]compareTarget, error) {
 		if slices.ContainsFunc(out, func(t compareTarget) bool { return t.name == name }) {
 			return nil, fmt.Errorf("--compare: name %q twice", name)
 		}
-		out = append(out, compareTarget{name, u})
+		out = append(out, compareTarget{name: name, url: u, era: eras[0]})
+	}
+	if len(eras) > 1 {
+		byEra := make([]compareTarget, 0, len(out)*len(eras))
+		for _, t := range out {
+			for _, e := range eras {
+				byEra = append(byEra, compareTarget{name: t.name + "/" + strings.TrimSuffix(e, "-07-28"), url: t.url, era: e})
+			}
+		}
+		out = byEra
 	}
 	if len(out) < 2 {
-		return nil, errors.New("--compare: want at least two name=URL endpoints")
+		return nil, errors.New("--compare: want at least two name=URL endpoints, or one with --era 2025,2026")
 	}
 	return out, nil
 }
@@ -79,6 +91,9 @@ type targetSummary struct {
 	P50ms  float64 `json:"p50_ms"`
 	P99ms  float64 `json:"p99_ms"`
 	Errors uint64  `json:"errors"`
+	// Inline counts the 2026 task calls answered with their result before
+	// they became tasks, over all rounds.
+	Inline uint64 `json:"inline_results,omitempty"`
 	// CPUus is each --cpu process's (and tgload's) CPU time per request,
 	// in microseconds; processes that used none are left out.
 	CPUus map[string]float64 `json:"cpu_us_per_request,omitempty"`
@@ -106,6 +121,7 @@ func summarize(mode string, targets []compareTarget, runs [][]*result) compareSu
 			r, b := round[ti], round[0]
 			rps, p50, p99 = append(rps, r.RPS), append(p50, r.P50ms), append(p99, r.P99ms)
 			ts.Errors += r.Errors
+			ts.Inline += r.Inline
 			for k, v := range r.CPU {
 				if r.RPS > 0 {
 					cpu[k] = append(cpu[k], v/r.RPS*1e6)
@@ -163,7 +179,7 @@ func runCompare(cfg *config, mode string, stop <-chan struct{}, progress io.Writ
 		for _, ti := range roundOrder(r, len(cfg.compare)) {
 			t := cfg.compare[ti]
 			c := *cfg
-			c.urls, c.label = []string{t.url}, t.name
+			c.urls, c.label, c.era = []string{t.url}, t.name, t.era
 			res, err := runMode(&c, mode, stop)
 			if err != nil {
 				return compareSummary{}, fmt.Errorf("%s (%s): %w", t.name, t.url, err)
@@ -199,6 +215,9 @@ func (s compareSummary) print(out io.Writer, asJSON bool) {
 		}
 		if len(t.CPUus) > 0 {
 			fmt.Fprintf(out, " cpu-us/req=%s", fmtNamed(t.CPUus, 0))
+		}
+		if t.Inline > 0 {
+			fmt.Fprintf(out, " inline=%d", t.Inline)
 		}
 		fmt.Fprintln(out)
 	}

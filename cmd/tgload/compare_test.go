@@ -15,11 +15,11 @@ import (
 )
 
 func TestParseCompare(t *testing.T) {
-	got, err := parseCompare("direct=http://127.0.0.1:1/mcp, http://127.0.0.1:2/mcp?x=y ,tg=https://h/mcp")
+	got, err := parseCompare("direct=http://127.0.0.1:1/mcp, http://127.0.0.1:2/mcp?x=y ,tg=https://h/mcp", []string{era2025})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []compareTarget{{"direct", "http://127.0.0.1:1/mcp"}, {"t2", "http://127.0.0.1:2/mcp?x=y"}, {"tg", "https://h/mcp"}}
+	want := []compareTarget{{"direct", "http://127.0.0.1:1/mcp", era2025}, {"t2", "http://127.0.0.1:2/mcp?x=y", era2025}, {"tg", "https://h/mcp", era2025}}
 	if len(got) != len(want) {
 		t.Fatalf("got %+v", got)
 	}
@@ -29,7 +29,7 @@ func TestParseCompare(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"a=http://h/mcp", "a=http://h/mcp,a=http://i/mcp", "a=ftp://h,b=http://i/mcp", ""} {
-		if _, err := parseCompare(bad); err == nil {
+		if _, err := parseCompare(bad, []string{era2025}); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
 	}
@@ -65,7 +65,7 @@ func TestRoundOrder(t *testing.T) {
 }
 
 func TestSummarize(t *testing.T) {
-	targets := []compareTarget{{"direct", "u1"}, {"proxy", "u2"}}
+	targets := []compareTarget{{"direct", "u1", era2025}, {"proxy", "u2", era2025}}
 	run := func(rps, p50, p99, cpu float64) *result {
 		return &result{Concurrency: 4, DurationS: 2, RPS: rps, P50ms: p50, P99ms: p99, CPU: map[string]float64{"px": cpu}}
 	}

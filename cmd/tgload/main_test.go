@@ -1,8 +1,11 @@
 package main
 
 import (
+	"errors"
+	"flag"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -93,3 +96,17 @@ func TestParseFlags(t *testing.T) {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// TestHelpSaysDevTool: --help says what tgload is and that it is a
+// development tool, before the flags.
+func TestHelpSaysDevTool(t *testing.T) {
+	var out strings.Builder
+	if _, err := parseFlags([]string{"--help"}, &out); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	help := out.String()
+	if !strings.HasPrefix(help, "tgload: a load generator") || !strings.Contains(help, "A development tool of taskgate, not part of the product.") ||
+		!strings.Contains(help, "-compare") {
+		t.Errorf("--help:\n%s", help)
+	}
+}

@@ -59,8 +59,9 @@ type Hooks struct {
 	RateLimited func()
 	// StoreOp observes one store operation of the engine (op: "create",
 	// "get", "finish", "cancel", "outcome", "list", "renew", "recover",
-	// "enqueue", "drain", "answer") and whether it failed (an answer the
-	// store's contract foresees, such as not found, is no failure).
+	// "enqueue", "drain", "answer", "add_input", "inputs", "answer_inputs")
+	// and whether it failed (an answer the store's contract foresees, such
+	// as not found, is no failure).
 	StoreOp func(op string, d time.Duration, failed bool)
 }
 

@@ -122,3 +122,24 @@ func (e *Engine) Withdraw(ctx context.Context, j *Job, msg string) error {
 	j.cancel(ErrCancelledByClient)
 	return nil
 }
+
+// AddInputRequest records req, an open question of j's call under key,
+// in the store, where any replica reads it (InputRequests) and takes its
+// answer (AnswerInputs).
+func (e *Engine) AddInputRequest(ctx context.Context, j *Job, key string, req []byte) error {
+	return e.store.AddInputRequest(ctx, j.Task.Owner, j.Task.ID, key, req)
+}
+
+// InputRequests returns the open questions recorded for owner's task
+// taskID.
+func (e *Engine) InputRequests(ctx context.Context, owner, taskID string) ([]taskstore.InputRequest, error) {
+	return e.store.InputRequests(ctx, owner, taskID)
+}
+
+// AnswerInputs answers open questions of owner's task taskID: each answer
+// whose key is open is taken (into the task's inbox, for its runner) and
+// its question closed. It returns the keys taken and how many questions
+// are still open; taskstore.ErrTerminal for a finished task.
+func (e *Engine) AnswerInputs(ctx context.Context, owner, taskID string, answers []taskstore.InputAnswer) (taken []string, open int, err error) {
+	return e.store.AnswerInputs(ctx, owner, taskID, answers)
+}

@@ -100,3 +100,24 @@ func (s *meteredStore) Answer(ctx context.Context, owner, session, reqID string,
 	s.done("answer", start, err)
 	return id, err
 }
+
+func (s *meteredStore) AddInputRequest(ctx context.Context, owner, id, key string, req []byte) error {
+	start := time.Now()
+	err := s.Store.AddInputRequest(ctx, owner, id, key, req)
+	s.done("add_input", start, err)
+	return err
+}
+
+func (s *meteredStore) InputRequests(ctx context.Context, owner, id string) ([]taskstore.InputRequest, error) {
+	start := time.Now()
+	reqs, err := s.Store.InputRequests(ctx, owner, id)
+	s.done("inputs", start, err)
+	return reqs, err
+}
+
+func (s *meteredStore) AnswerInputs(ctx context.Context, owner, id string, answers []taskstore.InputAnswer) ([]string, int, error) {
+	start := time.Now()
+	taken, open, err := s.Store.AnswerInputs(ctx, owner, id, answers)
+	s.done("answer_inputs", start, err)
+	return taken, open, err
+}

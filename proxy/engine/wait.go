@@ -218,3 +218,40 @@ func (e *Engine) HoldYoungGet(owner, taskID string) *taskstore.Task {
 	}
 	return nil
 }
+
+// WaitTerminalOrInput waits, through the store, until owner's task taskID
+// (a call running on any process) has ended or has an open question
+// recorded with AddInputRequest, and returns the task and its outcome, or
+// its open questions. Adding a question and changing the task both wake
+// the task's watchers; the task is also re-read every recheckInterval in
+// case a wake-up was lost.
+func (e *Engine) WaitTerminalOrInput(ctx context.Context, owner, taskID string) (*taskstore.Task, *taskstore.Outcome, []taskstore.InputRequest, error) {
+	ch, stop, err := e.store.WatchKinds(ctx, owner, taskID, taskstore.EventUpdate+taskstore.EventTerminal)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	defer stop()
+	recheck := time.NewTicker(recheckInterval)
+	defer recheck.Stop()
+	for {
+		t, out, err := e.store.Outcome(ctx, owner, taskID)
+		var reqs []taskstore.InputRequest
+		if err == nil && !t.Status.Terminal() {
+			reqs, err = e.store.InputRequests(ctx, owner, taskID)
+		}
+		switch {
+		case err != nil:
+			return nil, nil, nil, err
+		case t.Status.Terminal():
+			return t, out, nil, nil
+		case len(reqs) > 0:
+			return t, nil, reqs, nil
+		}
+		select {
+		case <-ch:
+		case <-recheck.C:
+		case <-ctx.Done():
+			return nil, nil, nil, ctx.Err()
+		}
+	}
+}

@@ -78,21 +78,21 @@ func (c *Config) setDefaults() {
 		}
 	}
 	if c.MaxChildren <= 0 {
-		c.MaxChildren = 64
+		c.MaxChildren = DefaultMaxChildren
 	}
-	def(&c.IdleTimeout, 15*time.Minute)
-	def(&c.InitTimeout, 30*time.Second)
-	def(&c.StopGrace, 5*time.Second)
-	def(&c.WriteTimeout, 30*time.Second)
-	def(&c.KeepAlive, 15*time.Second)
+	def(&c.IdleTimeout, DefaultIdleTimeout)
+	def(&c.InitTimeout, DefaultInitTimeout)
+	def(&c.StopGrace, DefaultStopGrace)
+	def(&c.WriteTimeout, DefaultWriteTimeout)
+	def(&c.KeepAlive, DefaultKeepAlive)
 	if c.MaxLineSize <= 0 {
-		c.MaxLineSize = 32 << 20
+		c.MaxLineSize = DefaultMaxLineSize
 	}
 	if c.QueueMax <= 0 {
-		c.QueueMax = 256
+		c.QueueMax = DefaultQueueMax
 	}
 	if c.StderrLines <= 0 {
-		c.StderrLines = 100
+		c.StderrLines = DefaultStderrLines
 	}
 }
 

@@ -411,7 +411,8 @@ func (s *Server) answer(rc *fasthttp.RequestCtx, ss *session, c *call) {
 	rc.Response.Header.SetContentType("text/event-stream")
 	rc.Response.Header.Set("Cache-Control", "no-cache")
 	keepAlive := s.cfg.KeepAlive
-	// The writer runs after serve returned: it uses ss and c only, never rc.
+	// The writer runs after serve returned: it uses ss and c only, never rc
+	// or its Request, Response and headers, and w only until it returns.
 	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
 		if !writeStream(w, c.q, keepAlive, nil) {
 			ss.endCall(c) // the caller left: nobody reads the answer
@@ -438,7 +439,8 @@ func (s *Server) getStream(rc *fasthttp.RequestCtx, sid []byte) {
 	rc.Response.Header.Set("Cache-Control", "no-cache")
 	rc.Response.ImmediateHeaderFlush = true
 	keepAlive := s.cfg.KeepAlive
-	// The writer runs after getStream returned: it uses ss only, never rc.
+	// The writer runs after getStream returned: it uses ss only, never rc
+	// or its Request, Response and headers, and w only until it returns.
 	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer ss.closeGet()
 		writeStream(w, ss.get, keepAlive, ss.ended)

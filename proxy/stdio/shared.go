@@ -322,7 +322,9 @@ func (s *Server) getShared(rc *fasthttp.RequestCtx, sid []byte) {
 	rc.Response.Header.Set("Cache-Control", "no-cache")
 	rc.Response.ImmediateHeaderFlush = true
 	q, keepAlive, ended := newQueue(1), s.cfg.KeepAlive, v.ended
-	// The writer runs after getShared returned: it uses q and ended only.
+	// The writer runs after getShared returned: it uses q and ended only,
+	// never rc or its Request, Response and headers, and w only until it
+	// returns.
 	rc.SetBodyStreamWriter(func(w *bufio.Writer) { writeStream(w, q, keepAlive, ended) })
 }
 

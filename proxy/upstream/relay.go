@@ -1,9 +1,8 @@
-package proxy
+package upstream
 
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"io"
 	"sync/atomic"
 	"time"
@@ -13,66 +12,83 @@ import (
 	"github.com/taskgate/taskgate/proxy/sysconn"
 )
 
-// relay sends rc.Request (prepared by prepareUpstream) to the upstream on a
-// pooled connection of passPool and puts the answer in rc.Response.
+// StreamEnd is told, once, how a streamed answer ended: "" (read to its
+// end), OutcomeClientGone or OutcomeStreamCut.
+type StreamEnd interface {
+	End(outcome string)
+}
+
+// How a streamed pass-through answer can end early (StreamEnd.End).
+const (
+	// OutcomeClientGone: the client closed its connection mid-answer.
+	OutcomeClientGone = "client_gone"
+	// OutcomeStreamCut: the upstream closed, an idle or lifetime limit
+	// cut the answer, or a write to the client failed.
+	OutcomeStreamCut = "stream_cut"
+)
+
+// Relay sends rc.Request (made ready by Prepare) to the upstream on a
+// pooled connection of the pass-through pool and puts the answer in
+// rc.Response.
 //
 // An answer whose body has already arrived whole when its header is read
 // is read at once and goes to the client in one write, with a
 // Content-Length, instead of one write for the event and one for the end of
 // the chunked body: one system call and one wake-up of the client less per
 // request. A POST's SSE answer that has begun but not ended gets a short
-// wait (Handler.endWait, default endWait) for its end first: SDKs write
-// the response event and the end of the body in two writes a few
-// microseconds apart, which arrive separately about one time in four under
-// load. Any other body, and one that does not end within the wait, is
-// streamed: each piece the upstream sends is written to the client as soon
-// as it arrives. The request itself is sent by the read of the answer
-// (sysconn.Conn.WriteLater), saving a system call.
+// wait (SetEndWait, default endWait) for its end first: SDKs write the
+// response event and the end of the body in two writes a few microseconds
+// apart, which arrive separately about one time in four under load. Any
+// other body, and one that does not end within the wait, is streamed: each
+// piece the upstream sends is written to the client as soon as it arrives;
+// Relay then returns the Relayed body stream, which the caller must give a
+// StreamEnd before its handler returns. The request itself is sent by the
+// read of the answer (sysconn.Conn.WriteLater), saving a system call.
 //
 // A request is never replayed (a tools/call that may have run must not run
-// twice): an error after the
-// request may have reached the upstream is returned to the caller.
-func (h *Handler) relay(rc *fasthttp.RequestCtx, info *reqInfo) error {
+// twice): an error after the request may have reached the upstream is
+// returned to the caller.
+func (c *Client) Relay(rc *fasthttp.RequestCtx) (*Relayed, error) {
 	req := &rc.Request
-	c := h.passPool.get()
-	if c == nil {
+	uc := c.passPool.get()
+	if uc == nil {
 		var err error
-		if c, err = h.dialPass(); err != nil {
-			return err
+		if uc, err = c.dialPass(); err != nil {
+			return nil, err
 		}
 	}
 	req.URI().DisablePathNormalizing = true
-	if ic, ok := c.Conn.(*idleConn); ok {
+	if ic, ok := uc.Conn.(*idleConn); ok {
 		ic.holdWrite = true // sent by the read of the answer, which follows at once
 	}
-	err := req.Write(c.bw)
+	err := req.Write(uc.bw)
 	if err == nil {
-		err = c.bw.Flush()
+		err = uc.bw.Flush()
 	}
 	if err != nil {
-		_ = c.Close()
-		return err
+		_ = uc.Close()
+		return nil, err
 	}
 	resp := fasthttp.AcquireResponse()
 	resp.StreamBody = true
 	resp.SkipBody = req.Header.IsHead()
-	if err := resp.Read(c.br); err != nil {
+	if err := resp.Read(uc.br); err != nil {
 		fasthttp.ReleaseResponse(resp)
-		_ = c.Close()
-		return err
+		_ = uc.Close()
+		return nil, err
 	}
-	r := &relayed{h: h, c: c, resp: resp,
+	r := &Relayed{cl: c, c: uc, resp: resp,
 		reusable: !resp.ConnectionClose() && !req.Header.ConnectionClose() && resp.Header.ContentLength() != -2}
 	body := resp.BodyStream()
 	switch {
 	case body == nil:
 		r.eof = true
-	case bodyBuffered(resp, c.br) ||
-		(req.Header.IsPost() && isEventStream(resp.Header.ContentType()) && c.waitBody(resp, h.endWait)):
+	case bodyBuffered(resp, uc.br) ||
+		(req.Header.IsPost() && isEventStream(resp.Header.ContentType()) && uc.waitBody(resp, c.endWait)):
 		if err := r.readAll(rc, body); err != nil {
 			r.release()
 			rc.Response.ResetBody()
-			return err
+			return nil, err
 		}
 	default:
 		resp.Header.CopyTo(&rc.Response.Header)
@@ -82,28 +98,16 @@ func (h *Handler) relay(rc *fasthttp.RequestCtx, info *reqInfo) error {
 		// write: closing the upstream connection then tells the upstream
 		// too, which stops sending into a stream nobody reads.
 		r.unwatch = sysconn.WatchClose(rc.Conn(), r.clientGone)
-		r.se = h.beginStream(info)
 		rc.Response.SetBodyStream(r, resp.Header.ContentLength())
-		return nil
+		return r, nil
 	}
 	resp.Header.CopyTo(&rc.Response.Header)
 	r.release()
-	return nil
+	return nil, nil
 }
 
-// dialPass opens a pass-through connection: idle and lifetime limits on
-// every read (dialIdle), TLS when the upstream is https.
-func (h *Handler) dialPass() (*upConn, error) {
-	c, err := h.dialIdle("")
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.DialTimeout)
-	defer cancel()
-	if c, err = h.upstreamTLS(ctx, c); err != nil {
-		return nil, err
-	}
-	return newUpConn(c), nil
+func isEventStream(ct []byte) bool {
+	return bytes.HasPrefix(bytes.TrimSpace(ct), []byte("text/event-stream"))
 }
 
 // bodyBuffered reports whether the rest of resp's body is already in br,
@@ -120,7 +124,7 @@ func bodyBuffered(resp *fasthttp.Response, br *bufio.Reader) bool {
 	return false // the body ends when the upstream closes the connection
 }
 
-// endWait bounds how long relay holds the beginning of a POST's SSE answer
+// endWait bounds how long Relay holds the beginning of a POST's SSE answer
 // to send it whole. It is far below anything a client could notice and far
 // above the gap between an SDK's last event and the end of its body.
 const endWait = 500 * time.Microsecond
@@ -130,7 +134,7 @@ const endWait = 500 * time.Microsecond
 // reader and the connection usable (bufio hands the error out once; Go
 // connections survive a deadline), so streaming goes on from there. Only
 // plain connections wait: over TLS a body is streamed as it comes.
-func (c *upConn) waitBody(resp *fasthttp.Response, wait time.Duration) bool {
+func (c *conn) waitBody(resp *fasthttp.Response, wait time.Duration) bool {
 	ic, ok := c.Conn.(*idleConn)
 	if !ok || resp.Header.ContentLength() == -2 {
 		return false
@@ -209,14 +213,15 @@ func chunkSize(line []byte) (int, bool) {
 	return n, digits > 0
 }
 
-// relayed is a pass-through answer: its connection goes back to passPool
+// Relayed is a streamed pass-through answer, the body stream of the
+// client's response: its connection goes back to the pass-through pool
 // when the body was read to its end and nothing follows it; otherwise the
 // connection is closed (which also aborts an upstream stream the client
-// left). As a body stream it is read and closed by fasthttp's server
-// goroutine, one call at a time.
-type relayed struct {
-	h        *Handler
-	c        *upConn
+// left). It is read and closed by fasthttp's server goroutine, one call at
+// a time.
+type Relayed struct {
+	cl       *Client
+	c        *conn
 	resp     *fasthttp.Response
 	body     io.Reader
 	reusable bool
@@ -225,20 +230,25 @@ type relayed struct {
 	unwatch func()
 	// left is set when the client closed its connection mid-answer.
 	left atomic.Bool
-	// se logs and counts the request when a streamed answer ends.
-	se *streamEnd
+	// se is told how a streamed answer ended (SetEnd).
+	se StreamEnd
 }
+
+// SetEnd sets what is told how the stream ended. Call it before the
+// handler that got r returns: fasthttp reads the stream after that.
+func (r *Relayed) SetEnd(se StreamEnd) { r.se = se }
 
 // clientGone runs on the watch's goroutine when the client left a streamed
 // answer: closing the upstream connection ends the server goroutine's
 // read of the body (fasthttp then closes the stream: release) and shows
 // the upstream the client's close.
-func (r *relayed) clientGone() {
+func (r *Relayed) clientGone() {
 	r.left.Store(true)
 	_ = r.c.Close()
 }
 
-func (r *relayed) Read(p []byte) (int, error) {
+// Read reads the upstream's body.
+func (r *Relayed) Read(p []byte) (int, error) {
 	n, err := r.body.Read(p)
 	if err == io.EOF {
 		r.eof = true
@@ -248,12 +258,12 @@ func (r *relayed) Read(p []byte) (int, error) {
 
 // Close releases the answer; fasthttp calls it when the body is written or
 // the client is gone.
-func (r *relayed) Close() error {
+func (r *Relayed) Close() error {
 	r.release()
 	return nil
 }
 
-func (r *relayed) release() {
+func (r *Relayed) release() {
 	if r.unwatch != nil {
 		r.unwatch()
 		r.unwatch = nil
@@ -263,25 +273,25 @@ func (r *relayed) release() {
 	if r.se != nil {
 		switch {
 		case r.left.Load():
-			r.se.end(outcomeClientGone)
+			r.se.End(OutcomeClientGone)
 		case !r.eof:
-			r.se.end("stream_cut") // upstream closed, idle or lifetime limit, client write failed
+			r.se.End(OutcomeStreamCut) // upstream closed, idle or lifetime limit, client write failed
 		default:
-			r.se.end("")
+			r.se.End("")
 		}
 		r.se = nil
 	}
 	if r.eof && r.reusable && r.c.br.Buffered() == 0 && !r.left.Load() {
-		r.h.passPool.put(r.c)
+		r.cl.passPool.put(r.c)
 	} else {
 		_ = r.c.Close()
 	}
 }
 
 // readAll moves a body that is already buffered into rc.Response.
-func (r *relayed) readAll(rc *fasthttp.RequestCtx, body io.Reader) error {
-	bp := r.h.relayBufs.Get().(*[]byte)
-	defer r.h.relayBufs.Put(bp)
+func (r *Relayed) readAll(rc *fasthttp.RequestCtx, body io.Reader) error {
+	bp := r.cl.relayBufs.Get().(*[]byte)
+	defer r.cl.relayBufs.Put(bp)
 	buf := *bp
 	for {
 		n, err := body.Read(buf)

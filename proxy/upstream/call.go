@@ -1,0 +1,96 @@
+package upstream
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Call is one request and its streamed response on a connection of the
+// background pool. The connection closes when the context given to
+// RoundTrip ends (aborting the upstream request: tasks/cancel, timeouts,
+// shutdown); after a response read to its end it goes back to the pool.
+// A Call belongs to one goroutine, except Abort.
+type Call struct {
+	// Resp is the response; its body is a stream (BodyStream), valid
+	// until Done.
+	Resp  *fasthttp.Response
+	cl    *Client
+	c     *conn
+	stop  func() bool
+	reuse bool // the body was read to its end: the connection is clean
+}
+
+// Abort closes the connection at once, unblocking a reader of the body.
+// It may be called from any goroutine.
+func (x *Call) Abort() { _ = x.c.Close() }
+
+// SetReusable records whether the body was read to its end (the
+// connection may then go back to the pool at Done).
+func (x *Call) SetReusable(ok bool) { x.reuse = ok }
+
+// Done releases the response and pools or closes the connection.
+func (x *Call) Done() {
+	ctxAlive := x.stop()
+	if x.reuse && ctxAlive && !x.Resp.ConnectionClose() && x.Resp.Header.ContentLength() != -2 {
+		x.cl.bgPool.put(x.c)
+	} else {
+		_ = x.c.Close()
+	}
+	fasthttp.ReleaseResponse(x.Resp)
+}
+
+// DrainEnd reads what is left of a body that should be ending (an SSE
+// stream after its response) for a moment; only a body read to its end
+// leaves the connection reusable.
+func (x *Call) DrainEnd(body io.Reader) {
+	if err := x.c.SetReadDeadline(time.Now().Add(drainWait)); err != nil {
+		return
+	}
+	_, err := io.Copy(io.Discard, io.LimitReader(body, 64<<10))
+	x.reuse = err == nil && x.c.SetReadDeadline(time.Time{}) == nil
+}
+
+// drainWait is how long a finished SSE answer may take to end.
+const drainWait = 200 * time.Millisecond
+
+// RoundTrip sends req on a pooled (or new) connection and returns the
+// response with its body as a stream. A pooled connection is used only
+// while younger than IdleConn (below the upstream's idle limit, so the
+// upstream is not closing it as we write); a request is never replayed.
+func (c *Client) RoundTrip(ctx context.Context, req *fasthttp.Request) (*Call, error) {
+	uc := c.bgPool.get()
+	if uc == nil {
+		nc, err := c.dialBackground(ctx)
+		if err != nil {
+			return nil, err
+		}
+		uc = newBgConn(nc)
+	}
+	x := &Call{cl: c, c: uc, Resp: fasthttp.AcquireResponse()}
+	x.stop = context.AfterFunc(ctx, x.Abort)
+	fail := func(err error) (*Call, error) {
+		x.reuse = false
+		x.Done()
+		return nil, err
+	}
+	bw := bgWriters.Get().(*bufio.Writer)
+	bw.Reset(uc)
+	err := req.Write(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	bw.Reset(nil)
+	bgWriters.Put(bw)
+	if err != nil {
+		return fail(err)
+	}
+	x.Resp.StreamBody = true
+	if err := x.Resp.Read(uc.br); err != nil {
+		return fail(err)
+	}
+	return x, nil
+}
