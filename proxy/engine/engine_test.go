@@ -221,9 +221,14 @@ func TestEngineLimits(t *testing.T) {
 	close(release)
 	<-j1.Settled()
 	<-j2.Settled()
-	if _, err := e.start(t, "alice", "single", one); err != nil {
-		t.Fatalf("after the first call ended: %v", err)
-	}
+	// The runner gives the slot back right after it settled the task.
+	waitFor(t, func() bool {
+		_, err := e.start(t, "alice", "single", one)
+		if err != nil && !errors.Is(err, ErrToolBusy) {
+			t.Fatalf("after the first call ended: %v", err)
+		}
+		return err == nil
+	}, "the tool's slot after the first call ended")
 }
 
 // A question of the call reaches the client's wait through the mailbox,
