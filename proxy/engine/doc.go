@@ -33,15 +33,25 @@
 //     AwaitLocal (a call running here: its runner's memory, no store
 //     round trip), WaitTerminal (any call: a store subscription with
 //     re-reads, optionally delivering the task's queued messages through a
-//     callback first).
+//     callback first), WaitTerminalOrInput (WaitTerminal that also returns
+//     when the task has an open question, for a client that answers
+//     questions as they come).
 //   - Cancel and CancelOwnerTasks: cancel in the store, and abort the call
-//     at once when it runs here.
+//     at once when it runs here; Withdraw for a task nobody else knew of.
+//   - Sessions: Start records a call on its upstream session; EndSession
+//     defers the end of a session on which calls still run to the last
+//     call's runner (Upstream.CloseSession).
 //   - Messages: Progress (a throttled statusMessage), Enqueue (a message
-//     for the client, into the task's mailbox), Ask and InputRequired (a
-//     question: pending for the owner, task input_required), Answer (a
-//     client's answer into the task's inbox, from any replica),
-//     TakeAnswers, Answered and Working (the runner's side), Redeliver (a
-//     question whose stream ended unanswered).
+//     for the client, into the task's mailbox), Ask, AskFor and
+//     InputRequired (a question: pending for the owner, task
+//     input_required), Answer (a client's answer into the task's inbox,
+//     from any replica), TakeAnswers, Answered and Working (the runner's
+//     side), WatchOwner, DeliverQueued and DeliverAllQueued (a stream that
+//     carries the messages of all of an owner's tasks), Listen (a stream
+//     of one task claims its messages), Redeliver (a question whose stream
+//     ended unanswered). Open questions can also be kept as input requests
+//     readable from any replica (AddInputRequest, InputRequests,
+//     AnswerInputs), as the 2026-07-28 wire shows them.
 //   - Limits: Allow (the per-owner token bucket of task operations),
 //     LookupMiss (a miss costs more, which slows down id enumeration),
 //     Thrifty (an owner low on budget is told a longer poll interval).
