@@ -329,3 +329,51 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 		time.Sleep(time.Millisecond) // polling interval
 	}
 }
+
+// CancelOwnerTasks cancels every unfinished task of the owner and aborts
+// their calls; other owners' tasks and finished tasks stay as they are.
+func TestEngineCancelOwnerTasks(t *testing.T) {
+	up := &fakeUpstream{call: func(ctx context.Context, j *Job) Result {
+		if j.Task.Tool == "quick" {
+			return done(`{}`)
+		}
+		<-ctx.Done()
+		return Result{}
+	}}
+	e := newTestEngine(t, Config{}, up)
+	quick, err := e.start(t, "alice", "quick", testSettings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-quick.Settled()
+	var alices []*Job
+	for range 2 {
+		j, err := e.start(t, "alice", "block", testSettings)
+		if err != nil {
+			t.Fatal(err)
+		}
+		alices = append(alices, j)
+	}
+	bobs, err := e.start(t, "bob", "block", testSettings)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.CancelOwnerTasks("alice", "session ended")
+	for _, j := range alices {
+		<-j.Settled()
+		tk, err := e.Task(context.Background(), "alice", j.Task.ID)
+		if err != nil || tk.Status != taskstore.Cancelled || tk.StatusMessage != "session ended" {
+			t.Errorf("alice's running task = %+v, %v; want cancelled", tk, err)
+		}
+	}
+	if tk, _ := e.Task(context.Background(), "alice", quick.Task.ID); tk.Status != taskstore.Completed {
+		t.Errorf("alice's finished task = %s, want completed", tk.Status)
+	}
+	if tk, _ := e.Task(context.Background(), "bob", bobs.Task.ID); tk.Status != taskstore.Working {
+		t.Errorf("bob's task = %s, want working", tk.Status)
+	}
+	if _, err := e.Cancel(context.Background(), "bob", bobs.Task.ID, "done", false); err != nil {
+		t.Fatal(err)
+	}
+	<-bobs.Settled()
+}
