@@ -36,13 +36,17 @@
 //
 // # Tasks
 //
-// Creating a task is one store round trip; the CreateTaskResult goes back
-// at once and a runner goroutine performs the upstream call on a connection
-// of its own pool, so that tasks/cancel, the policy timeout, the task's ttl
-// and shutdown can abort it by closing that connection. The runner holds a
-// lease in the store and renews it; any replica fails tasks whose runner
-// vanished. The upstream's final answer is stored raw; the wire status
-// (completed, or failed for isError and JSON-RPC errors) is decided here.
+// The task engine (package proxy/engine) creates, runs, waits for, lists
+// and cancels tasks and routes their messages; this package is the wire
+// in front of it and the engine's upstream (taskUpstream in taskcall.go,
+// whose job embeds the engine's). Creating a task is one store round trip;
+// the CreateTaskResult goes back at once and a runner goroutine performs
+// the upstream call on a connection of its own pool, so that tasks/cancel,
+// the policy timeout, the task's ttl and shutdown can abort it by closing
+// that connection. The runner holds a lease in the store and renews it;
+// any replica fails tasks whose runner vanished. The upstream's final
+// answer is stored raw; the wire status (completed, or failed for isError
+// and JSON-RPC errors) is decided here (classify).
 //
 // While the call runs, the upstream's notifications and requests are
 // stamped with related-task _meta and queued in the store; the task's open
@@ -66,9 +70,10 @@
 // tasks/update, tasks/cancel, signed requestState), modern_runner.go (the
 // questions of a running call, answers from any replica, the retries of a
 // 2026 upstream), modern_upstream.go (the upstream's era, the bridge to a
-// 2025 upstream with its owner-bound sessions). The runner calls into them
-// at one point each (callUpstream, relayRequest, relayNotification,
-// deliverAnswers, notifyCancelled) for jobs with a modernJob.
+// 2025 upstream with its owner-bound sessions). The engine's upstream calls
+// into them at one point each (callUpstream, relayRequest,
+// relayNotification, deliverAnswers, notifyCancelled) for jobs with a
+// modernJob.
 //
 // # Ownership
 //

@@ -22,6 +22,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/taskgate/taskgate/policy"
+	"github.com/taskgate/taskgate/proxy/engine"
 	"github.com/taskgate/taskgate/proxy/jsonx"
 	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/proxy/upstream"
@@ -69,8 +70,8 @@ type Config struct {
 	KeepAlive time.Duration
 	// Lease bounds how long a task whose runner died (a killed process)
 	// stays working: another process sharing the store fails it at most
-	// Lease after the runner's last renewal (leaseTTL, leaseSkew,
-	// leaseCheck). Default 15s.
+	// Lease after the runner's last renewal (engine.LeaseTTL,
+	// engine.LeaseSkew, engine.LeaseCheck). Default 15s.
 	Lease time.Duration
 	// MaxTasksPerOwner caps an owner's unfinished tasks. Default 100; <0 = none.
 	MaxTasksPerOwner int
@@ -80,8 +81,11 @@ type Config struct {
 	AllowedOrigins []string
 	// ProcessID names this process in leases. Default: hostname + random.
 	ProcessID string
-	// StoreTimeout bounds each task-store operation done for a request.
-	// Default 3s.
+	// StoreTimeout is what one task-store operation may take. The store
+	// bounds each operation itself (taskstore.Config.OpTimeout; give it the
+	// same value); taskgate uses StoreTimeout to cap the session lookups on
+	// the pass-through path (at most 500ms) and a runner's last attempt to
+	// record an outcome while shutting down. Default 3s.
 	StoreTimeout time.Duration
 	// TaskRate limits task operations (task calls and tasks/*) per owner
 	// and process, in operations per second; lookups of unknown tasks count
@@ -184,17 +188,9 @@ type Handler struct {
 	// w26 serves requests of the MCP 2026-07-28 wire (modern.go).
 	w26 *modernWire
 
-	versions  versionCache
-	bindings  bindingCache // session id -> owner binding (sessions.go)
-	tools     toolLimiter
-	limiter   *rateLimiter
-	okey      atomic.Pointer[ownerKey] // SetOwnerKey swaps it; keyedHash reads it
-	getHold   time.Duration            // tasks/get's wait for a young local call (pollStart; tests change it)
-	holdYoung time.Duration            // the age below which a local call counts as young (holdYoungFor; tests change it)
-	// jobs holds this process's running task calls by task id, so a
-	// tasks/result waiting here on a call running here wakes when the
-	// runner settles it instead of through a Redis subscription.
-	jobs sync.Map
+	versions versionCache
+	bindings bindingCache             // session id -> owner binding (sessions.go)
+	okey     atomic.Pointer[ownerKey] // SetOwnerKey swaps it; keyedHash reads it
 	// storeDownUntil (unix ns) skips session-version lookups for a moment
 	// after one failed, so pass-through does not wait on a dead store.
 	storeDownUntil atomic.Int64
@@ -203,17 +199,11 @@ type Handler struct {
 	warnedMu sync.Mutex
 	warned   map[string]struct{}
 
-	runq    chan *job     // idle runner goroutines receive jobs here (startJob)
-	closing chan struct{} // closed when Close starts: idle runners exit
-	// runnersStarted and runnersIdle count runner goroutines started and
-	// waiting for a job (tests).
-	runnersStarted atomic.Int64
-	runnersIdle    atomic.Int32
-	root           context.Context
-	cancel         context.CancelFunc
-	wg             lifeGroup      // runners and result streams (Add may race with Close's Wait)
-	bg             sync.WaitGroup // housekeeping loops
-	closed         atomic.Bool
+	// eng runs the tasks (package engine): creation, runners, waits,
+	// cancels, messages, leases, limits. root is its context.
+	eng  *engine.Engine
+	root context.Context
+	bg   sync.WaitGroup // housekeeping loops of the wires (the 2026 wire's reaper)
 }
 
 // SetPolicy replaces the policy for requests that start from now on;
@@ -254,7 +244,6 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	store = &meteredStore{Store: store, dur: m.storeDur, errs: m.storeErrs}
 	up := upstream.New(upstream.Options{
 		URL:               u,
 		RewriteHost:       cfg.RewriteHost,
@@ -284,16 +273,22 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 	}
 	h.versions.init(8192)
 	h.bindings.max = 8192
-	h.getHold, h.holdYoung = pollStart, holdYoungFor
-	h.limiter = newRateLimiter(cfg.TaskRate, cfg.TaskBurst, 65536)
-	// The root's cause reaches every running call (their contexts derive
-	// from it): context.Cause tells a shutdown from a client's cancel.
-	root, cancelRoot := context.WithCancelCause(context.Background())
-	h.root, h.cancel = root, func() { cancelRoot(errShutdown) }
-	h.runq, h.closing = make(chan *job), make(chan struct{})
+	h.eng = engine.New(engine.Config{
+		ProcessID:        cfg.ProcessID,
+		Lease:            cfg.Lease,
+		StoreTimeout:     cfg.StoreTimeout,
+		MaxTasksPerOwner: cfg.MaxTasksPerOwner,
+		QueueMax:         cfg.QueueMax,
+		KeepAlive:        cfg.KeepAlive,
+		ListPageSize:     cfg.ListPageSize,
+		TaskRate:         cfg.TaskRate,
+		TaskBurst:        cfg.TaskBurst,
+		HoldFor:          pollStart,
+		HoldYoung:        holdYoungFor,
+	}, store, &h.log, &taskUpstream{h: h}, h.engineHooks())
+	h.root = h.eng.Root()
 	h.w26 = newModernWire(h)
-	h.bg.Add(2)
-	go h.recoverLoop()
+	h.bg.Add(1)
 	go h.w26.reapLoop()
 	return h, nil
 }
@@ -302,75 +297,11 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 // recovery after ctx ends (their tasks stay owned by this process until the
 // lease lapses). It waits for goroutines to return or ctx to end.
 func (h *Handler) Close(ctx context.Context) error {
-	if h.closed.Swap(true) {
-		return nil
-	}
-	close(h.closing)
-	done := make(chan struct{})
-	go func() { h.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		h.cancel()
-		<-done
-	}
-	h.cancel()
+	_ = h.eng.Close(ctx)
 	h.bg.Wait()
 	h.up.Close()
 	return nil
 }
-
-// Lease timing, all derived from Config.Lease (L). A runner renews its
-// task's lease every leaseRenew (L/5), each time to leaseTTL (L/2) ahead.
-// Every process checks every leaseCheck (L/4) and fails a task whose lease
-// ended more than leaseSkew (L/4, the allowance for clock differences
-// between hosts) ago. A runner that dies right after a renewal leaves a
-// lease ending L/2 later; the first check more than L/4 after that comes
-// at most L/4 later still: the task fails at most L after the last
-// renewal, so at most L after the death (and at least 0.55 L after it). A
-// live runner loses its task only when none of its renewals reached the
-// store for 3L/4 (11.25 s by default: three attempts of StoreTimeout).
-func leaseRenew(l time.Duration) time.Duration { return l / 5 }
-func leaseTTL(l time.Duration) time.Duration   { return l / 2 }
-func leaseSkew(l time.Duration) time.Duration  { return l / 4 }
-func leaseCheck(l time.Duration) time.Duration { return l / 4 }
-
-// recoverLoop fails tasks whose runner (in any process sharing the store)
-// stopped renewing its lease, at start and every leaseCheck.
-func (h *Handler) recoverLoop() {
-	defer h.bg.Done()
-	t := time.NewTicker(leaseCheck(h.cfg.Lease))
-	defer t.Stop()
-	for {
-		func() {
-			defer func() {
-				if p := recover(); p != nil {
-					h.log.Error().Interface("panic", p).Msg("lease recovery panicked")
-				}
-			}()
-			ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
-			defer cancel()
-			lost, err := h.store.Recover(ctx, leaseSkew(h.cfg.Lease), msgLeaseLost)
-			if err != nil && h.root.Err() == nil {
-				h.log.Warn().Err(err).Msg("lease recovery failed")
-			}
-			for _, t := range lost {
-				h.taskEvent("lost", t.Tool)
-				h.m.taskDur.WithLabelValues(h.toolLabel(t.Tool), "lost").Observe(time.Since(t.CreatedAt).Seconds())
-				h.log.Warn().Str(logTaskID, t.ID).Str(logOwner, t.Owner).Str("runner", t.Runner).
-					Msg("task failed: its runner stopped renewing the lease")
-			}
-		}()
-		select {
-		case <-h.root.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// msgLeaseLost is the statusMessage of a task whose runner vanished.
-const msgLeaseLost = "the taskgate process running this call stopped (its lease expired); the call's outcome is lost — call the tool again"
 
 // Running reports how many background task calls are in flight.
 func (h *Handler) Running() int64 { return h.m.runningNow.Load() }

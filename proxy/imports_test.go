@@ -71,7 +71,6 @@ var importRules = []importRule{
 	{
 		pkgs:   []string{"proxy/engine/..."},
 		forbid: []string{fasthttpPath, "proxy/wire2026/..."},
-		future: true,
 		why:    "the task engine knows no wire: not fasthttp, not either era's JSON shapes",
 	},
 	{

@@ -174,8 +174,10 @@ func TestReportedPollInterval(t *testing.T) {
 // client polling a short call needs no second poll.
 func TestTaskGetHoldsYoungLocalCall(t *testing.T) {
 	e, cs := countingEnv(t, Config{})
-	e.h.getHold = time.Minute   // the test releases the call while the get waits
-	e.h.holdYoung = time.Minute // a loaded machine may take longer than holdYoungFor to get here
+	// Hold a get for up to a minute (the test releases the call while the
+	// get waits), for calls younger than a minute (a loaded machine may
+	// take longer than holdYoungFor to get here).
+	e.h.eng.SetHold(time.Minute, time.Minute)
 	task := e.createTask(alice, "block", `{}`, `{}`)
 	pollUntil(t, 5*time.Second, func() bool { return e.up.toolCalls() == 1 }, "the upstream call")
 	before := cs.callsExcept("Recover")
@@ -192,7 +194,7 @@ func TestTaskGetHoldsYoungLocalCall(t *testing.T) {
 	if n := diff(cs.callsExcept("Recover"), before)["Get"]; n != 0 {
 		t.Errorf("tasks/get read the store %d times, want 0 (the runner's outcome)", n)
 	}
-	e.h.getHold = 0
+	e.h.eng.SetHold(0, time.Minute)
 	if wt, _ := e.get(alice, task.TaskID); wt.Status != "completed" {
 		t.Errorf("tasks/get after the end = %+v, want completed", wt)
 	}

@@ -4,8 +4,11 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/taskgate/taskgate/proxy/engine"
 )
 
 // Metrics are the Prometheus collectors of a Handler. Create them once per
@@ -131,4 +134,25 @@ func (h *Handler) toolLabel(tool string) string {
 // taskEvent counts a task lifecycle event of tool ("" when unknown).
 func (h *Handler) taskEvent(event, tool string) {
 	h.m.tasks.WithLabelValues(event, h.toolLabel(tool)).Inc()
+}
+
+// engineHooks reports the task engine's events as this Handler's metrics.
+func (h *Handler) engineHooks() engine.Hooks {
+	return engine.Hooks{
+		TaskEvent: h.taskEvent,
+		TaskDuration: func(tool, status string, age time.Duration) {
+			h.m.taskDur.WithLabelValues(h.toolLabel(tool), status).Observe(age.Seconds())
+		},
+		CallDuration: func(tool string, d time.Duration) {
+			h.m.callDur.WithLabelValues(h.toolLabel(tool)).Observe(d.Seconds())
+		},
+		Running:     func(delta int64) { h.m.runningNow.Add(delta) },
+		RateLimited: h.m.rateLimited.Inc,
+		StoreOp: func(op string, d time.Duration, failed bool) {
+			h.m.storeDur.WithLabelValues(op).Observe(d.Seconds())
+			if failed {
+				h.m.storeErrs.WithLabelValues(op).Inc()
+			}
+		},
+	}
 }

@@ -210,9 +210,7 @@ func (mj *modernJob) deliver(h *Handler, j *job, answers []keyVal) bool {
 		h.postUpstream(j, p.body)
 	}
 	if none && taken > 0 {
-		ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
-		_, _ = h.store.Update(ctx, j.t.Owner, j.t.ID, taskstore.Working, "input received; working")
-		cancel()
+		h.eng.Working(h.root, &j.Job)
 	}
 	return none
 }
@@ -220,10 +218,8 @@ func (mj *modernJob) deliver(h *Handler, j *job, answers []keyVal) bool {
 // modernAnswers takes the answers other processes left in the task's
 // inbox and delivers them.
 func (h *Handler) modernAnswers(ctx context.Context, j *job) {
-	sctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-	raw, err := h.store.TakeAnswers(sctx, j.t.Owner, j.t.ID)
-	cancel()
-	if err != nil || len(raw) == 0 {
+	raw := h.eng.TakeAnswers(ctx, &j.Job)
+	if len(raw) == 0 {
 		return
 	}
 	answers := make([]keyVal, 0, len(raw))
@@ -245,17 +241,13 @@ func (h *Handler) modernAnswers(ctx context.Context, j *job) {
 func (h *Handler) ask(ctx context.Context, j *job, q *question) {
 	mj := j.modern
 	key := mj.add(q)
-	sctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-	defer cancel()
-	if err := h.store.AddInputRequest(sctx, j.t.Owner, j.t.ID, key, appendInputRequest(nil, q.method, q.params)); err != nil {
-		j.log.Warn().Err(err).Msg("recording an open question in the store failed; only this process shows it and takes its answer")
+	if err := h.eng.AddInputRequest(ctx, &j.Job, key, appendInputRequest(nil, q.method, q.params)); err != nil {
+		j.Log.Warn().Err(err).Msg("recording an open question in the store failed; only this process shows it and takes its answer")
 		mj.mu.Lock()
 		q.unstored = true
 		mj.mu.Unlock()
 	}
-	if _, err := h.store.Update(sctx, j.t.Owner, j.t.ID, taskstore.InputRequired, "waiting for the client to answer "+q.method); err != nil {
-		j.log.Debug().Err(err).Msg("moving the task to input_required failed")
-	}
+	h.eng.InputRequired(ctx, &j.Job, q.method)
 	mj.askedOnce.Do(func() { close(mj.asked) })
 }
 
@@ -289,13 +281,13 @@ func (h *Handler) callModern(ctx context.Context, j *job) callResult {
 	}
 	for round := 0; ; round++ {
 		res := h.callUpstreamOnce(ctx, j)
-		if res.out.Kind != taskstore.OutcomeResult || !isInputRequired(res.out.Raw) {
+		if res.Outcome.Kind != taskstore.OutcomeResult || !isInputRequired(res.Outcome.Raw) {
 			return res
 		}
 		if round >= maxRounds {
 			return internalFailure("upstream asked for input more than %d times in one call", maxRounds)
 		}
-		vals, err := jsonx.Members(res.out.Raw, "inputRequests", "requestState")
+		vals, err := jsonx.Members(res.Outcome.Raw, "inputRequests", "requestState")
 		if err != nil || !isObject(vals[0]) {
 			return internalFailure("upstream answered input_required without an inputRequests object")
 		}
@@ -329,7 +321,7 @@ func (h *Handler) callModern(ctx context.Context, j *job) callResult {
 		if err != nil {
 			return internalFailure("building the retry with the client's answers failed: %v", err)
 		}
-		j.req.SetBody(appendCallBody(nil, j.t.UpstreamID, body))
+		j.req.SetBody(appendCallBody(nil, j.Task.UpstreamID, body))
 	}
 }
 

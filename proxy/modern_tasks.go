@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"context"
 	"encoding/base64"
 	"errors"
 	"strconv"
@@ -36,7 +35,7 @@ import (
 // upstream asks, and never sees the task that carries the call.
 func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, tool string, st policy.Settings, m *modernMeta, era int, plain bool) {
 	h := w.h
-	if h.closed.Load() {
+	if h.eng.Closed() {
 		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, msgShuttingDown))
 		return
 	}
@@ -72,22 +71,19 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 	req := fasthttp.AcquireRequest()
 	if err := w.prepareCall(rc, req, owner, era, mj); err != nil {
 		fasthttp.ReleaseRequest(req)
-		h.tools.release(tool)
+		h.eng.ReleaseTool(tool)
 		h.upstreamFailed(rc, info, env.id, err)
 		return
 	}
 	req.SetBody(appendCallBody(nil, t.UpstreamID, params))
 
-	if !h.storeTask(rc, info, env, t, tool, req, mj.release) {
+	j := &job{req: req, modern: mj}
+	if !h.storeTask(rc, info, env, j, t, st, "", "", mj.release) {
 		return
 	}
-	h.taskEvent("created", tool)
 	h.log.Info().Str(logTaskID, id).Str(logOwner, owner).Str(logTool, tool).Str("wire", wire2026.ProtocolVersion).
 		Dur("ttl", t.TTL).Msg("task created")
-	j := newJob(h.root, &h.log, t, req, st, "", "")
-	j.modern = mj
-	h.jobs.Store(t.ID, j)
-	h.startJob(j)
+	h.eng.Start(&j.Job)
 
 	var window <-chan time.Time
 	if !plain {
@@ -96,14 +92,14 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 		window = timer.C
 	}
 	select {
-	case <-j.settled:
+	case <-j.Settled():
 		w.plainOutcome(rc, info, env.id, j)
 	case <-mj.asked:
 		info.outcome = "input_required"
 		w.inputRequired(rc, env.id, owner, j, plain)
 		w.expireHold(j)
 	case <-window:
-		w.created(rc, env.id, j.t)
+		w.created(rc, env.id, j.Task)
 	}
 }
 
@@ -116,12 +112,17 @@ func (w *modernWire) created(rc *fasthttp.RequestCtx, id []byte, t *taskstore.Ta
 // plainOutcome answers a call that ended within the promote window with
 // its outcome, as a plain call would have been answered.
 func (w *modernWire) plainOutcome(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, j *job) {
-	t, out := j.finalTask, j.finalOut
+	t, out := j.Final()
+	w.plainAnswer(rc, info, id, j.Task, t, out)
+}
+
+// plainAnswer is plainOutcome for task (its final state ft and outcome
+// out, when known; else read from the store).
+func (w *modernWire) plainAnswer(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, task, ft *taskstore.Task, out *taskstore.Outcome) {
+	t := ft
 	if t == nil {
-		ctx, cancel := context.WithTimeout(w.h.root, w.h.cfg.StoreTimeout)
 		var err error
-		t, out, err = w.h.store.Outcome(ctx, j.t.Owner, j.t.ID)
-		cancel()
+		t, out, err = w.h.eng.Outcome(w.h.root, task.Owner, task.ID)
 		if err != nil {
 			w.h.storeError(rc, info, id, err)
 			return
@@ -151,7 +152,7 @@ func (w *modernWire) plainOutcome(rc *fasthttp.RequestCtx, info *reqInfo, id []b
 // inputRequired answers with an InputRequiredResult holding j's open
 // questions and a requestState naming j's task.
 func (w *modernWire) inputRequired(rc *fasthttp.RequestCtx, id []byte, owner string, j *job, plain bool) {
-	state := w.signState(owner, j.t.ID, j.t.Tool, plain, time.Now().Add(holdFor))
+	state := w.signState(owner, j.Task.ID, j.Task.Tool, plain, time.Now().Add(holdFor))
 	w.h.rpcResult(rc, id, wire2026.AppendInputRequired(nil, j.modern.openRequests(), state))
 }
 
@@ -165,12 +166,8 @@ func (w *modernWire) expireHold(j *job) {
 		if j.modern.answeredAny() || h.root.Err() != nil {
 			return
 		}
-		ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
-		_, err := h.store.Cancel(ctx, j.t.Owner, j.t.ID, "the client did not answer the questions before its requestState expired")
-		cancel()
-		if err == nil {
-			j.cancel(errCancelledByClient)
-			h.log.Info().Str(logTaskID, j.t.ID).Msg("held call cancelled: its requestState expired unanswered")
+		if h.eng.Withdraw(h.root, &j.Job, "the client did not answer the questions before its requestState expired") == nil {
+			h.log.Info().Str(logTaskID, j.Task.ID).Msg("held call cancelled: its requestState expired unanswered")
 		}
 	})
 }
@@ -273,7 +270,7 @@ func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 	if next == nil {
 		// The call runs on another replica: wait through the store for
 		// its outcome or its next open question.
-		t, out, reqs, err := w.waitRemotePlain(h.root, owner, taskID)
+		t, out, reqs, err := h.eng.WaitTerminalOrInput(h.root, owner, taskID)
 		switch {
 		case err != nil:
 			w.taskError(rc, info, env.id, err)
@@ -282,7 +279,7 @@ func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 			state := w.signState(owner, taskID, tool, true, time.Now().Add(holdFor))
 			h.rpcResult(rc, env.id, wire2026.AppendInputRequired(nil, appendInputRequests(nil, reqs), state))
 		default:
-			w.plainOutcome(rc, info, env.id, &job{t: t, finalTask: t, finalOut: out})
+			w.plainAnswer(rc, info, env.id, t, t, out)
 		}
 		return
 	}
@@ -292,53 +289,11 @@ func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 		return
 	}
 	select {
-	case <-j.settled:
+	case <-j.Settled():
 		w.plainOutcome(rc, info, env.id, j)
 	case <-next:
 		info.outcome = "input_required"
 		w.inputRequired(rc, env.id, owner, j, true)
-	}
-}
-
-// waitRemotePlain waits, through the store, until owner's task taskID (a
-// held plain call running on another process) has ended or has an open
-// question, and returns the task and its outcome, or its open questions.
-// Adding a question and changing the task both wake the task's watchers;
-// the task is also re-read every recheckInterval in case a wake-up was
-// lost.
-func (w *modernWire) waitRemotePlain(ctx context.Context, owner, taskID string) (*taskstore.Task, *taskstore.Outcome, []taskstore.InputRequest, error) {
-	h := w.h
-	wctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-	ch, stop, err := h.store.WatchKinds(wctx, owner, taskID, taskstore.EventUpdate+taskstore.EventTerminal)
-	cancel()
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	defer stop()
-	recheck := time.NewTicker(recheckInterval)
-	defer recheck.Stop()
-	for {
-		rctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-		t, out, err := h.store.Outcome(rctx, owner, taskID)
-		var reqs []taskstore.InputRequest
-		if err == nil && !t.Status.Terminal() {
-			reqs, err = h.store.InputRequests(rctx, owner, taskID)
-		}
-		cancel()
-		switch {
-		case err != nil:
-			return nil, nil, nil, err
-		case t.Status.Terminal():
-			return t, out, nil, nil
-		case len(reqs) > 0:
-			return t, nil, reqs, nil
-		}
-		select {
-		case <-ch:
-		case <-recheck.C:
-		case <-ctx.Done():
-			return nil, nil, nil, ctx.Err()
-		}
 	}
 }
 
@@ -382,9 +337,7 @@ func (w *modernWire) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *en
 	info.taskID = taskID
 	switch env.method {
 	case methodTasksGet:
-		ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
-		t, out, err := h.store.Outcome(ctx, owner, taskID)
-		cancel()
+		t, out, err := h.eng.Outcome(h.root, owner, taskID)
 		if err != nil {
 			h.storeError(rc, info, env.id, err)
 			return
@@ -401,9 +354,7 @@ func (w *modernWire) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *en
 		}
 		h.rpcResult(rc, env.id, []byte(wire2026.Ack))
 	case methodTasksCancel:
-		ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
-		ct, err := h.store.Cancel(ctx, owner, taskID, "cancelled by the client")
-		cancel()
+		_, err := h.eng.Cancel(h.root, owner, taskID, "cancelled by the client", false)
 		switch {
 		case errors.Is(err, taskstore.ErrTerminal):
 			// Cancelling a finished task changes nothing and is
@@ -411,12 +362,6 @@ func (w *modernWire) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *en
 		case err != nil:
 			h.storeError(rc, info, env.id, err)
 			return
-		default:
-			if j := h.localJob(owner, taskID); j != nil {
-				j.cancel(errCancelledByClient)
-			}
-			h.taskEvent("cancelled", ct.Tool)
-			h.log.Info().Str(logTaskID, taskID).Str(logOwner, owner).Msg("task cancelled")
 		}
 		h.rpcResult(rc, env.id, []byte(wire2026.Ack))
 	}
@@ -476,9 +421,7 @@ func (w *modernWire) openRequests(t *taskstore.Task) []byte {
 		return nil
 	}
 	h := w.h
-	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
-	reqs, err := h.store.InputRequests(ctx, t.Owner, t.ID)
-	cancel()
+	reqs, err := h.eng.InputRequests(h.root, t.Owner, t.ID)
 	if err == nil {
 		if len(reqs) == 0 {
 			return nil
@@ -516,9 +459,8 @@ func toWireTask(t *taskstore.Task) wire2026.Task {
 // before answer returns.
 func (w *modernWire) answer(owner, taskID string, responses []byte) (*taskstore.Task, error) {
 	h := w.h
-	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
-	defer cancel()
-	t, err := h.store.Get(ctx, owner, taskID)
+	ctx := h.root
+	t, err := h.eng.Task(ctx, owner, taskID)
 	if err != nil || t.Status.Terminal() {
 		return t, err
 	}
@@ -533,7 +475,7 @@ func (w *modernWire) answer(owner, taskID string, responses []byte) (*taskstore.
 	for i, a := range answers {
 		in[i] = taskstore.InputAnswer{Key: a.key, Msg: appendAnswer(nil, a.key, a.val)}
 	}
-	taken, open, err := h.store.AnswerInputs(ctx, owner, taskID, in)
+	taken, open, err := h.eng.AnswerInputs(ctx, owner, taskID, in)
 	switch {
 	case errors.Is(err, taskstore.ErrTerminal):
 		return t, nil

@@ -191,31 +191,3 @@ func (c *versionCache) put(k, v string) {
 	c.cur[k] = v
 	c.mu.Unlock()
 }
-
-// toolLimiter counts running background calls per tool in this process
-// (policy maxConcurrent protects the upstream this sidecar fronts).
-type toolLimiter struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (l *toolLimiter) acquire(tool string, max int) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.n == nil {
-		l.n = make(map[string]int)
-	}
-	if max > 0 && l.n[tool] >= max {
-		return false
-	}
-	l.n[tool]++
-	return true
-}
-
-func (l *toolLimiter) release(tool string) {
-	l.mu.Lock()
-	if l.n[tool]--; l.n[tool] <= 0 {
-		delete(l.n, tool)
-	}
-	l.mu.Unlock()
-}

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bufio"
-	"context"
 	"errors"
 	"io"
 	"time"
@@ -156,10 +155,7 @@ func (h *Handler) initialize(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 				return msg
 			}
 			if ci.Bridged {
-				ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
-				err := h.rememberVersion(ctx, sid, ci.UpstreamVersion)
-				cancel()
-				if err != nil {
+				if err := h.rememberVersion(h.root, sid, ci.UpstreamVersion); err != nil {
 					// Without the version, later requests of the session
 					// would reach the upstream with a version it rejects.
 					h.log.Error().Err(err).Msg("recording the bridged protocol version failed; answering without tasks")

@@ -130,9 +130,7 @@ func (c *bindingCache) put(sid string, b binding) {
 func (h *Handler) bindSession(sid, cred string) {
 	now := time.Now()
 	h.bindings.put(sid, binding{cred: cred, checked: now, refreshed: now})
-	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
-	defer cancel()
-	if err := h.store.BindSession(ctx, h.sessionKey([]byte(sid)), cred, sessionBindTTL); err != nil {
+	if err := h.store.BindSession(h.root, h.sessionKey([]byte(sid)), cred, sessionBindTTL); err != nil {
 		h.log.Warn().Err(err).Msg("recording the session's owner failed; only this replica enforces it")
 	}
 }
@@ -224,7 +222,7 @@ func (h *Handler) loadBinding(sid []byte, prev binding, had bool, now time.Time)
 // by sessionAllowed). It reports false when the DELETE is to be forwarded:
 // no task call runs on the session. Else the session is marked closing and
 // taskgate answers 204 itself; the last call's runner ends the session
-// upstream (endSessionTask).
+// upstream (the engine, then closeUpstreamSession).
 func (h *Handler) deleteSession(rc *fasthttp.RequestCtx, info *reqInfo) bool {
 	sid := rc.Request.Header.Peek(headerSessionID)
 	if len(sid) == 0 || h.native.Load() {
@@ -234,12 +232,10 @@ func (h *Handler) deleteSession(rc *fasthttp.RequestCtx, info *reqInfo) bool {
 		// Without Authorization the session owns its tasks: nobody can
 		// read them once it ended, so they are cancelled, not kept.
 		owner, _ := h.owner(&rc.Request.Header)
-		h.cancelOwnerTasks(owner, msgSessionEnded)
+		h.eng.CancelOwnerTasks(owner, msgSessionEnded)
 		return false
 	}
-	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
-	deferred, err := h.store.CloseSession(ctx, h.sessionKey(sid))
-	cancel()
+	deferred, err := h.eng.EndSession(h.root, h.sessionKey(sid))
 	if err != nil {
 		h.log.Warn().Err(err).Msg("ending the session in the store failed; its running tasks would fail: refusing the DELETE")
 		info.outcome = "store_unavailable"
@@ -269,77 +265,16 @@ func (h *Handler) deleteSession(rc *fasthttp.RequestCtx, info *reqInfo) bool {
 const msgSessionEnded = "cancelled: the client ended the MCP session that owned this task " +
 	"(without an Authorization header a task belongs to its session)"
 
-// cancelOwnerTasks cancels owner's unfinished tasks (and aborts those
-// running here). Failures are logged: the session's end fails them anyway.
-func (h *Handler) cancelOwnerTasks(owner, msg string) {
-	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
-	defer cancel()
-	for cursor := ""; ; {
-		tasks, next, err := h.store.List(ctx, owner, cursor, taskstore.MaxListLimit)
-		if err != nil {
-			h.log.Warn().Err(err).Msg("listing the ended session's tasks failed; their calls end with the session")
-			return
-		}
-		for i := range tasks {
-			if tasks[i].Status.Terminal() {
-				continue
-			}
-			if _, err := h.store.Cancel(ctx, owner, tasks[i].ID, msg); err != nil {
-				continue // finished meanwhile, or the store failed: the session's end settles it
-			}
-			if v, ok := h.jobs.Load(tasks[i].ID); ok {
-				v.(*job).cancel(errCancelledByClient)
-			}
-			h.taskEvent("cancelled", tasks[i].Tool)
-			h.m.taskDur.WithLabelValues(h.toolLabel(tasks[i].Tool), "cancelled").Observe(time.Since(tasks[i].CreatedAt).Seconds())
-			h.log.Info().Str(logTaskID, tasks[i].ID).Str(logOwner, owner).Msg("task cancelled: its session ended")
-		}
-		if next == "" {
-			return
-		}
-		cursor = next
-	}
-}
-
-// startSessionTask records j's call on its upstream session, so that the
-// client's DELETE of the session waits for it. The call's deadline is the
-// earlier of the policy timeout and the task's expiry.
-func (h *Handler) startSessionTask(ctx context.Context, j *job) {
-	if j.upSession == "" {
-		return
-	}
-	sctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-	err := h.store.StartSessionTask(sctx, j.upSession, j.t.ID, j.deadline)
-	cancel()
-	if err != nil {
-		// The session then closes without waiting for this call.
-		j.log.Warn().Err(err).Msg("recording the task on its session failed")
-		j.upSession = ""
-	}
-}
-
-// endSessionTask removes j's call from its session and, when it was the
-// last call of a session its client ended, ends the session upstream.
-func (h *Handler) endSessionTask(j *job) {
-	if j.upSession == "" {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), h.cfg.StoreTimeout)
-	closeNow, err := h.store.EndSessionTask(ctx, j.upSession, j.t.ID)
-	cancel()
-	if err != nil {
-		j.log.Warn().Err(err).Msg("removing the task from its session failed; the session closes at the call's deadline")
-		return
-	}
-	if !closeNow {
-		return
-	}
+// closeUpstreamSession ends j's upstream session with a DELETE: j was the
+// last call running on a session its client had ended (the engine's
+// endSessionTask found that).
+func (h *Handler) closeUpstreamSession(j *job) {
 	status, err := h.up.Delete(&j.hdr, 10*time.Second)
 	if err != nil || status >= 300 && status != fasthttp.StatusNotFound {
-		j.log.Warn().Err(err).Int(logStatus, status).Msg("ending the session upstream after its last task failed")
+		j.Log.Warn().Err(err).Int(logStatus, status).Msg("ending the session upstream after its last task failed")
 		return
 	}
-	j.log.Info().Msg("session ended upstream after its last running task")
+	j.Log.Info().Msg("session ended upstream after its last running task")
 }
 
 // Question ids. A question (a request the upstream sends during a task's
@@ -448,12 +383,8 @@ func noteQuestion(qs []openQuestion, taskID string, msg []byte) []openQuestion {
 func (h *Handler) redeliverOpen(owner string, qs []openQuestion) {
 	group := streamGroup(owner)
 	for _, q := range qs {
-		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.StoreTimeout)
-		if _, err := h.store.PendingTask(ctx, owner, group, q.qid); err == nil {
-			if err := h.store.Requeue(ctx, owner, q.taskID, []taskstore.Message{{Kind: taskstore.KindRequest, Data: q.msg}}); err == nil {
-				h.log.Debug().Str(logTaskID, q.taskID).Msg("stream ended before its question was answered; queued again")
-			}
+		if h.eng.Redeliver(owner, group, q.taskID, q.qid, q.msg) {
+			h.log.Debug().Str(logTaskID, q.taskID).Msg("stream ended before its question was answered; queued again")
 		}
-		cancel()
 	}
 }

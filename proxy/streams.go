@@ -11,6 +11,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/taskgate/taskgate/proxy/engine"
 	"github.com/taskgate/taskgate/proxy/jsonx"
 	"github.com/taskgate/taskgate/proxy/sse"
 	"github.com/taskgate/taskgate/proxy/sysconn"
@@ -41,7 +42,6 @@ import (
 const (
 	methodProgress        = "notifications/progress"
 	methodTaskStatus      = "notifications/tasks/status"
-	statusThrottle        = 250 * time.Millisecond
 	listeningTTLKeepAlive = 3 // a tasks/result stream's mark lives this many keep-alive intervals
 )
 
@@ -88,40 +88,17 @@ func (h *Handler) relayNotification(ctx context.Context, j *job, env *envelope, 
 	kind := taskstore.KindNotification
 	if env.method == methodProgress {
 		kind = taskstore.KindProgress
-		if text := progressText(env.params); text != "" && time.Since(j.lastStatus) >= statusThrottle {
-			j.lastStatus = time.Now()
-			sctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-			_, _ = h.store.Update(sctx, j.t.Owner, j.t.ID, "", text)
-			cancel()
-		}
+		h.eng.Progress(ctx, &j.Job, progressText(env.params))
 	}
 	if j.modern != nil {
 		return // the 2026 wire has no notifications on tasks; progress fed the statusMessage
 	}
-	out, err := withRelatedTaskParams(msg, j.t.ID)
+	out, err := withRelatedTaskParams(msg, j.Task.ID)
 	if err != nil {
-		j.log.Warn().Err(err).Str(logRPCMethod, env.method).Msg("dropping a malformed upstream notification")
+		j.Log.Warn().Err(err).Str(logRPCMethod, env.method).Msg("dropping a malformed upstream notification")
 		return
 	}
-	h.enqueue(ctx, j, kind, out, env.method)
-}
-
-func (h *Handler) enqueue(ctx context.Context, j *job, kind taskstore.MessageKind, msg []byte, method string) {
-	sctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-	dropped, err := h.store.Enqueue(sctx, j.t.Owner, j.t.ID, kind, msg, h.cfg.QueueMax)
-	cancel()
-	if !errors.Is(err, taskstore.ErrTerminal) && !errors.Is(err, taskstore.ErrNotFound) {
-		j.noteQueued() // also when unsure (a timeout): a needless drain is harmless
-	}
-	switch {
-	case err == nil && dropped > 0:
-		j.log.Warn().Int("dropped", dropped).Int("queue_max", h.cfg.QueueMax).
-			Msg("task message queue full: dropped the oldest progress/log notifications")
-	case errors.Is(err, taskstore.ErrTerminal), errors.Is(err, taskstore.ErrNotFound), ctx.Err() != nil:
-		// T-50: nothing after the end (a cancel or timeout ends ctx too).
-	case err != nil:
-		j.log.Warn().Err(err).Str(logRPCMethod, method).Msg("queueing a task message failed")
-	}
+	h.eng.Enqueue(ctx, &j.Job, kind, out, env.method)
 }
 
 // relayRequest forwards an upstream request to the client (elicitation,
@@ -132,63 +109,45 @@ func (h *Handler) relayRequest(ctx context.Context, j *job, env *envelope, msg [
 		h.modernQuestion(ctx, j, env, msg)
 		return
 	}
-	if j.session == "" {
+	if j.Session == "" {
 		// Without an owner the client's answer cannot be matched.
 		h.postUpstream(j, appendErrorResponse(nil, env.id, codeMethodNotFound,
 			"taskgate: "+env.method+" needs an MCP session or an Authorization header to reach the client"))
 		return
 	}
-	out, qid, err := asQuestion(msg, env.id, j.t.ID)
+	out, qid, err := asQuestion(msg, env.id, j.Task.ID)
 	if err != nil {
-		j.log.Warn().Err(err).Msg("answering a malformed upstream request with an error")
+		j.Log.Warn().Err(err).Msg("answering a malformed upstream request with an error")
 		h.postUpstream(j, appendErrorResponse(nil, env.id, codeInvalidRequest, "taskgate: malformed request"))
 		return
 	}
-	sctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-	defer cancel()
-	if err := h.store.AddPending(sctx, j.t.Owner, j.session, canonicalID(qid), j.t.ID); err != nil {
-		j.log.Warn().Err(err).Msg("recording a pending client request failed")
+	if err := h.eng.Ask(ctx, &j.Job, j.Session, canonicalID(qid), env.method); err != nil {
+		j.Log.Warn().Err(err).Msg("recording a pending client request failed")
 		h.postUpstream(j, appendErrorResponse(nil, env.id, codeInternalError, "taskgate: "+msgStoreUnavailable))
 		return
 	}
-	j.pending.Add(1)
-	if _, err := h.store.Update(sctx, j.t.Owner, j.t.ID, taskstore.InputRequired, "waiting for the client to answer "+env.method); err != nil {
-		j.log.Debug().Err(err).Msg("moving the task to input_required failed")
-	}
-	h.enqueue(ctx, j, taskstore.KindRequest, out, env.method)
+	h.eng.Enqueue(ctx, &j.Job, taskstore.KindRequest, out, env.method)
 }
 
 // deliverAnswers posts the client's answers from the task's inbox upstream,
 // under the upstream's own request ids, and returns the task to working
-// once nothing is pending (T-65). Without force it looks only while this
-// runner relayed questions; questions of the upstream's GET stream that
-// were tied to the task (attributeQuestion) are answered into the inbox
-// too, so wake-ups and lease renewals look with force.
-func (h *Handler) deliverAnswers(ctx context.Context, j *job, force bool) {
+// once nothing is pending (T-65). It looks whenever the supervisor wakes
+// (wake-ups and lease renewals), also when this runner relayed no
+// question: questions of the upstream's GET stream that were tied to the
+// task (attributeQuestion) are answered into the inbox too.
+func (h *Handler) deliverAnswers(ctx context.Context, j *job) {
 	if j.modern != nil {
 		h.modernAnswers(ctx, j)
 		return
 	}
-	if j.pending.Load() <= 0 && !force {
-		return
-	}
-	sctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-	answers, err := h.store.TakeAnswers(sctx, j.t.Owner, j.t.ID)
-	cancel()
-	if err != nil || len(answers) == 0 {
+	answers := h.eng.TakeAnswers(ctx, &j.Job)
+	if len(answers) == 0 {
 		return
 	}
 	for _, a := range answers {
 		h.postUpstream(j, toUpstreamAnswer(a))
-		if j.pending.Add(-1) < 0 {
-			j.pending.Store(0)
-		}
 	}
-	if j.pending.Load() <= 0 {
-		sctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-		_, _ = h.store.Update(sctx, j.t.Owner, j.t.ID, taskstore.Working, "input received; working")
-		cancel()
-	}
+	h.eng.Answered(ctx, &j.Job, len(answers))
 }
 
 // progressText renders a progress notification for statusMessage.
@@ -225,9 +184,7 @@ func (h *Handler) clientAnswer(rc *fasthttp.RequestCtx, info *reqInfo, env *enve
 	group := streamGroup(owner)
 	taskID, err := "", taskstore.ErrNotFound
 	if group != "" {
-		ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
-		taskID, err = h.store.Answer(ctx, owner, group, canonicalID(env.id), append([]byte(nil), rc.PostBody()...))
-		cancel()
+		taskID, err = h.eng.Answer(h.root, owner, group, canonicalID(env.id), append([]byte(nil), rc.PostBody()...))
 	}
 	switch {
 	case errors.Is(err, taskstore.ErrNotFound):
@@ -312,9 +269,9 @@ func (h *Handler) getStream(rc *fasthttp.RequestCtx, info *reqInfo) {
 	// until it returns; w is valid until then too.
 	conn := rc.Conn()
 	se := h.beginStream(info)
-	h.wg.Add(1)
+	h.eng.Enter()
 	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer h.wg.Done()
+		defer h.eng.Leave()
 		var left atomic.Bool
 		defer func() {
 			if left.Load() {
@@ -347,14 +304,13 @@ func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	group := streamGroup(owner)
-	wctx, wcancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-	events, stop, err := h.store.WatchSession(wctx, owner, group)
-	wcancel()
-	if err != nil {
+	var events <-chan taskstore.SessionEvent
+	if mail, err := h.eng.WatchOwner(ctx, owner, group); err != nil {
 		h.log.Warn().Err(err).Msg("GET stream without task messages: subscribing failed")
-		events, stop = nil, func() {}
+	} else {
+		defer mail.Stop()
+		events = mail.Events()
 	}
-	defer stop()
 	var open []openQuestion
 	defer func() {
 		if len(open) > 0 {
@@ -398,38 +354,18 @@ func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.
 		return
 	}
 
+	// write delivers one message of taskID to the client.
+	write := func(taskID string, m taskstore.Message) bool {
+		if _, err := w.Write(sse.Append(nil, "", m.Data)); err != nil || w.Flush() != nil {
+			return false
+		}
+		open = noteQuestion(open, taskID, m.Data)
+		return true
+	}
 	drain := func(taskID string) bool {
-		sctx, c := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-		msgs, err := h.store.Drain(sctx, owner, taskID)
-		c()
-		if err != nil {
-			return true
-		}
-		for i, m := range msgs {
-			if _, err := w.Write(sse.Append(nil, "", m.Data)); err != nil || w.Flush() != nil {
-				rctx, c := context.WithTimeout(context.Background(), h.cfg.StoreTimeout)
-				_ = h.store.Requeue(rctx, owner, taskID, msgs[i:])
-				c()
-				return false
-			}
-			open = noteQuestion(open, taskID, m.Data)
-		}
-		return true
+		return h.eng.DeliverQueued(ctx, owner, taskID, func(m taskstore.Message) bool { return write(taskID, m) })
 	}
-	rescan := func() bool {
-		sctx, c := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-		ids, err := h.store.QueuedTasks(sctx, owner, group)
-		c()
-		if err != nil {
-			return true
-		}
-		for _, id := range ids {
-			if !drain(id) {
-				return false
-			}
-		}
-		return true
-	}
+	rescan := func() bool { return h.eng.DeliverAllQueued(ctx, owner, group, write) }
 	if events != nil && !rescan() {
 		return
 	}
@@ -457,9 +393,7 @@ func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.
 			case 'q':
 				ok = drain(ev.TaskID)
 			case 's':
-				sctx, c := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-				t, err := h.store.Get(sctx, owner, ev.TaskID)
-				c()
+				t, err := h.eng.Task(ctx, owner, ev.TaskID)
 				if err == nil {
 					_, werr := w.Write(sse.Append(nil, "", appendStatusNotification(nil, t)))
 					ok = werr == nil && w.Flush() == nil
@@ -508,27 +442,20 @@ func (h *Handler) attributeQuestion(ctx context.Context, owner, sess string, msg
 	if group == "" || sess == "" {
 		return false
 	}
-	sctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-	defer cancel()
-	rec, err := h.store.Session(sctx, sess)
-	if err != nil || len(rec.Tasks) != 1 {
+	taskID, ok := h.eng.OnlyTaskOn(ctx, sess)
+	if !ok {
 		return false
 	}
-	taskID := rec.Tasks[0]
 	out, qid, err := asQuestion(msg, env.id, taskID)
 	if err != nil {
 		return false
 	}
-	// AddPending refuses a task of another owner (not found) or one that
+	// The engine refuses a task of another owner (not found) or one that
 	// ended; the question then passes through.
-	if err := h.store.AddPending(sctx, owner, group, canonicalID(qid), taskID); err != nil {
-		return false
-	}
-	if _, err := h.store.Update(sctx, owner, taskID, taskstore.InputRequired, "waiting for the client to answer "+env.method); err != nil {
-		h.log.Debug().Err(err).Msg("moving the task to input_required failed")
-	}
-	if _, err := h.store.Enqueue(sctx, owner, taskID, taskstore.KindRequest, out, h.cfg.QueueMax); err != nil {
-		h.log.Warn().Err(err).Str(logTaskID, taskID).Msg("queueing a question of the upstream's GET stream failed")
+	if err := h.eng.AskFor(ctx, owner, group, taskID, canonicalID(qid), env.method, out); err != nil {
+		if !errors.Is(err, engine.ErrNotPending) {
+			h.log.Warn().Err(err).Str(logTaskID, taskID).Msg("queueing a question of the upstream's GET stream failed")
+		}
 		return false
 	}
 	h.log.Info().Str(logTaskID, taskID).Str(logRPCMethod, env.method).

@@ -15,6 +15,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/taskgate/taskgate/policy"
+	"github.com/taskgate/taskgate/proxy/engine"
 	"github.com/taskgate/taskgate/proxy/jsonx"
 	"github.com/taskgate/taskgate/proxy/sse"
 	"github.com/taskgate/taskgate/proxy/sysconn"
@@ -132,7 +133,7 @@ func (h *Handler) warnedOnce(key string) bool {
 // createTask stores a new working task, starts its runner and answers with
 // CreateTaskResult without waiting for the upstream (T-14, E-07).
 func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, tool string, st policy.Settings, task []byte) {
-	if h.closed.Load() {
+	if h.eng.Closed() {
 		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, msgShuttingDown))
 		return
 	}
@@ -188,20 +189,17 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 	body = append(body, '}')
 	req.SetBody(body)
 
-	if !h.storeTask(rc, info, env, t, tool, req, nil) {
+	j := &job{req: req}
+	if !h.storeTask(rc, info, env, j, t, st, group, upSess, nil) {
 		return
 	}
-	h.taskEvent("created", tool)
 	h.log.Info().Str(logTaskID, id).Str(logOwner, owner).Str(logTool, tool).
 		Dur("ttl", t.TTL).Msg("task created")
-	j := newJob(h.root, &h.log, t, req, st, group, upSess)
-	h.startSessionTask(h.root, j)
-	h.jobs.Store(t.ID, j)
-	h.startJob(j)
+	h.eng.Start(&j.Job)
 
 	res := make([]byte, 0, 256)
 	res = append(res, `{"task":`...)
-	res = appendTaskPolled(res, t, h.limiter.low(owner))
+	res = appendTaskPolled(res, t, h.eng.Thrifty(owner))
 	res = append(res, '}')
 	h.rpcResult(rc, env.id, res)
 }
@@ -212,64 +210,42 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 // (P-07, E-45). Both wires call it. When either fails it answers the client
 // and returns ok false, holding nothing.
 func (h *Handler) reserveTaskCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, tool string, st policy.Settings) (id, upNonce string, ok bool) {
-	if !h.tools.acquire(tool, st.MaxConcurrent) {
-		h.taskEvent("refused", tool)
+	id, upNonce, err := h.eng.Reserve(tool, st)
+	switch {
+	case errors.Is(err, engine.ErrToolBusy):
 		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, fmt.Sprintf(
 			"taskgate: tool %q already runs %d task calls here (policy maxConcurrent); retry later", tool, st.MaxConcurrent)))
 		return "", "", false
-	}
-	id, err1 := taskstore.NewID()
-	upNonce, err2 := taskstore.NewID()
-	if err := errors.Join(err1, err2); err != nil {
-		h.tools.release(tool)
+	case err != nil:
 		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, "taskgate: generating a task id failed"))
 		return "", "", false
 	}
 	return id, upNonce, true
 }
 
-// storeTask durably creates t, the task of a tools/call to tool whose
-// upstream request is req, with the runner's first lease (both wires).
-// When that fails it frees what the call held (release, if set; the tool's
-// concurrency slot; req), answers the client with the reason and returns
-// false.
-func (h *Handler) storeTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, t *taskstore.Task, tool string, req *fasthttp.Request, release func()) bool {
-	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
-	err := h.store.Create(ctx, t, taskstore.CreateOptions{MaxPerOwner: max(h.cfg.MaxTasksPerOwner, 0), Lease: leaseTTL(h.cfg.Lease)})
-	cancel()
+// storeTask durably creates t, the task of a tools/call whose job is j
+// (holding its upstream request), with the runner's first lease (both
+// wires); session and upSession are the job's (engine.Job). When that
+// fails it frees what the call held (release, if set; the tool's
+// concurrency slot; j's request), answers the client with the reason and
+// returns false.
+func (h *Handler) storeTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, j *job, t *taskstore.Task, st policy.Settings, session, upSession string, release func()) bool {
+	err := h.eng.Create(&j.Job, t, st, j, session, upSession)
 	if err == nil {
 		return true
 	}
 	if release != nil {
 		release()
 	}
-	h.tools.release(tool)
-	fasthttp.ReleaseRequest(req)
-	h.taskEvent("refused", tool)
+	fasthttp.ReleaseRequest(j.req)
 	switch {
 	case errors.Is(err, taskstore.ErrOwnerLimit):
 		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, fmt.Sprintf(
 			"taskgate: too many unfinished tasks for this caller (limit %d); wait for some to finish", h.cfg.MaxTasksPerOwner)))
 	default:
-		h.log.Error().Err(err).Str(logTool, tool).Msg("creating a task failed")
 		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, msgStoreUnavailable))
-		h.abandonCreate(t)
 	}
 	return false
-}
-
-// abandonCreate fails a task whose Create timed out: the script may have
-// run although the answer was lost, and the client was told no task
-// exists. Without this the task would sit until lease recovery failed it.
-func (h *Handler) abandonCreate(t *taskstore.Task) {
-	h.wg.Add(1)
-	go func() {
-		defer h.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), h.cfg.StoreTimeout)
-		defer cancel()
-		_, _ = h.store.Finish(ctx, t.Owner, t.ID, taskstore.Failed,
-			"task creation timed out; the call was not started", taskstore.Outcome{Kind: taskstore.OutcomeInternal})
-	}()
 }
 
 // tasksMethod serves tasks/get, tasks/result, tasks/list and tasks/cancel
@@ -297,22 +273,17 @@ func (h *Handler) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 		return
 	}
 	info.taskID = taskID
-	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
-	defer cancel()
+	ctx := h.root
 	switch env.method {
 	case methodTasksGet:
-		if t := h.holdYoungGet(owner, taskID); t != nil {
-			h.rpcResult(rc, env.id, appendTaskPolled(make([]byte, 0, 256), t, h.limiter.low(owner)))
-			return
-		}
-		t, err := h.store.Get(ctx, owner, taskID)
+		t, err := h.eng.Get(ctx, owner, taskID)
 		if err != nil {
 			h.storeError(rc, info, env.id, err)
 			return
 		}
-		h.rpcResult(rc, env.id, appendTaskPolled(make([]byte, 0, 256), t, h.limiter.low(owner)))
+		h.rpcResult(rc, env.id, appendTaskPolled(make([]byte, 0, 256), t, h.eng.Thrifty(owner)))
 	case methodTasksCancel:
-		t, err := h.store.Cancel(ctx, owner, taskID, "cancelled by the client")
+		t, err := h.eng.Cancel(ctx, owner, taskID, "cancelled by the client", true)
 		if errors.Is(err, taskstore.ErrTerminal) {
 			// T-57, E-27.
 			h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: task already finished; it cannot be cancelled"))
@@ -322,14 +293,6 @@ func (h *Handler) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 			h.storeError(rc, info, env.id, err)
 			return
 		}
-		if v, ok := h.jobs.Load(taskID); ok {
-			// The call runs here: abort it now rather than when its runner
-			// sees the store's wake-up.
-			v.(*job).cancel(errCancelledByClient)
-		}
-		h.taskEvent("cancelled", t.Tool)
-		h.m.taskDur.WithLabelValues(h.toolLabel(t.Tool), "cancelled").Observe(time.Since(t.CreatedAt).Seconds())
-		h.log.Info().Str(logTaskID, taskID).Str(logOwner, owner).Msg("task cancelled")
 		h.rpcResult(rc, env.id, appendTask(make([]byte, 0, 256), t))
 	case methodTasksResult:
 		if j := h.localJob(owner, taskID); j != nil {
@@ -338,7 +301,7 @@ func (h *Handler) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 			h.localResult(rc, info, append([]byte(nil), env.id...), j)
 			return
 		}
-		t, out, err := h.store.Outcome(ctx, owner, taskID)
+		t, out, err := h.eng.Outcome(ctx, owner, taskID)
 		if err != nil {
 			h.storeError(rc, info, env.id, err)
 			return
@@ -374,9 +337,7 @@ func (h *Handler) tasksList(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 			}
 		}
 	}
-	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
-	defer cancel()
-	tasks, next, err := h.store.List(ctx, owner, cursor, h.cfg.ListPageSize)
+	tasks, next, err := h.eng.List(h.root, owner, cursor)
 	if errors.Is(err, taskstore.ErrBadCursor) {
 		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid cursor")) // T-56
 		return
@@ -405,12 +366,10 @@ func (h *Handler) tasksList(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 // allowTaskOp applies the per-owner rate limit (T-77); over it the caller
 // gets -32603 naming the limit and a Retry-After header.
 func (h *Handler) allowTaskOp(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, owner string) bool {
-	ok, wait := h.limiter.allow(owner, 1)
+	ok, wait := h.eng.Allow(owner)
 	if ok {
 		return true
 	}
-	h.taskEvent("rate_limited", "")
-	h.m.rateLimited.Inc()
 	secs := int(wait/time.Second) + 1
 	h.rpcError(rc, info, id, newRPCError(codeInternalError, fmt.Sprintf(
 		"taskgate: too many task operations (limit %g/s per caller); retry in %ds", h.cfg.TaskRate, secs)))
@@ -423,10 +382,8 @@ func (h *Handler) allowTaskOp(rc *fasthttp.RequestCtx, info *reqInfo, id []byte,
 func (h *Handler) storeError(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, err error) {
 	switch {
 	case errors.Is(err, taskstore.ErrNotFound):
-		h.taskEvent("lookup_miss", "")
-		if owner, _ := h.owner(&rc.Request.Header); owner != "" {
-			h.limiter.charge(owner, missCost-1) // E-42: misses cost more
-		}
+		owner, _ := h.owner(&rc.Request.Header)
+		h.eng.LookupMiss(owner) // E-42: misses cost more
 		h.rpcError(rc, info, id, newRPCError(codeInvalidParams, msgTaskNotFound))
 	case errors.Is(err, taskstore.ErrTerminal):
 		h.rpcError(rc, info, id, newRPCError(codeInvalidParams, "taskgate: task already finished"))
@@ -481,7 +438,7 @@ func appendTaskPolled(dst []byte, t *taskstore.Task, thrifty bool) []byte {
 // An owner that has spent more than half of its rate-limit burst is told
 // the policy's value too: a client that follows the short intervals of
 // many young tasks at once would otherwise run into the rate limit
-// (rateLimiter.low).
+// (engine.Thrifty).
 const (
 	pollStart  = 5 * time.Millisecond
 	pollGrowth = 40
@@ -588,7 +545,7 @@ func (h *Handler) awaitResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte,
 		var left atomic.Bool
 		unwatch := sysconn.WatchClose(rc.Conn(), func() { left.Store(true); cancel() })
 		h.m.waiters.Inc()
-		t, out, err := h.waitTerminal(ctx, owner, taskID, nil, nil)
+		t, out, err := h.eng.WaitTerminal(ctx, owner, taskID, nil, nil)
 		h.m.waiters.Dec()
 		unwatch()
 		cancel()
@@ -622,20 +579,20 @@ func (h *Handler) awaitResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte,
 // round trips; once one is queued, the stream drains the task's queue
 // through the store as for a remote runner (streamResult).
 func (h *Handler) localResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, j *job) {
-	owner, taskID := j.t.Owner, j.t.ID
+	owner, taskID := j.Task.Owner, j.Task.ID
 	hdr := &rc.Request.Header
 	if !acceptsSSE(hdr) {
-		h.awaitResult(rc, info, id, owner, taskID, false) // localSettled
+		h.awaitResult(rc, info, id, owner, taskID, false) // waits through the runner (engine.WaitTerminal)
 		return
 	}
-	if !j.queued.Load() {
+	if !j.Queued() {
 		// A client that leaves ends the wait at once.
 		ctx, cancel := context.WithCancel(h.root)
 		var left atomic.Bool
 		unwatch := sysconn.WatchClose(rc.Conn(), func() { left.Store(true); cancel() })
 		stream := time.NewTimer(h.cfg.KeepAlive)
 		h.m.waiters.Inc()
-		t, out, settled, err := h.awaitLocal(ctx, j, stream.C)
+		t, out, settled, err := h.eng.AwaitLocal(ctx, &j.Job, stream.C)
 		h.m.waiters.Dec()
 		stream.Stop()
 		unwatch()
@@ -667,69 +624,17 @@ func (h *Handler) localResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte,
 	h.streamLocalResult(rc, info, id, j)
 }
 
-// awaitLocal waits until j's runner settles the task (settled true, with
-// the task and its outcome), a message is queued for it, or until stop
-// fires or ctx ends (settled false, no error). A store read every
-// recheckInterval bounds a cancel the runner has not noticed yet.
-func (h *Handler) awaitLocal(ctx context.Context, j *job, stop <-chan time.Time) (*taskstore.Task, *taskstore.Outcome, bool, error) {
-	recheck := time.NewTimer(recheckInterval)
-	defer recheck.Stop()
-	for {
-		wake := j.changes()
-		if j.queued.Load() {
-			return nil, nil, false, nil
-		}
-		select {
-		case <-j.settled:
-			if j.queued.Load() {
-				return nil, nil, false, nil // its messages come first
-			}
-			if t := j.finalTask; t != nil && time.Now().Before(t.ExpiresAt()) {
-				// The runner stored this outcome; a terminal task never
-				// changes, so it is what the store would answer.
-				return t, j.finalOut, true, nil
-			}
-			return h.readTerminal(ctx, j.t.Owner, j.t.ID)
-		case <-wake:
-		case <-stop:
-			return nil, nil, false, nil
-		case <-ctx.Done():
-			return nil, nil, false, nil
-		case <-recheck.C:
-			if t, out, ok, err := h.readTerminal(ctx, j.t.Owner, j.t.ID); ok || err != nil {
-				return t, out, ok, err
-			}
-			recheck.Reset(recheckInterval)
-		}
-	}
-}
-
-// readTerminal reads the task's outcome once; settled reports whether it
-// is terminal. An unavailable store is no error: the caller keeps waiting.
-func (h *Handler) readTerminal(ctx context.Context, owner, taskID string) (*taskstore.Task, *taskstore.Outcome, bool, error) {
-	rctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-	t, out, err := h.store.Outcome(rctx, owner, taskID)
-	cancel()
-	switch {
-	case errors.Is(err, taskstore.ErrUnavailable):
-		return nil, nil, false, nil
-	case err != nil:
-		return nil, nil, false, err
-	}
-	return t, out, t.Status.Terminal(), nil
-}
-
 // streamLocalResult is streamResult for a call that runs in this process:
 // keep-alive comments and the result from the runner's memory while the
 // task has no queued message, then (once one is queued) the store's wait
 // with the queue drained onto the stream.
 func (h *Handler) streamLocalResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, j *job) {
-	owner, taskID := j.t.Owner, j.t.ID
+	owner, taskID := j.Task.Owner, j.Task.ID
 	h.startResultStream(rc, info, id, taskID, func(ctx context.Context, w *bufio.Writer, evID string, left *atomic.Bool) string {
 		keep := time.NewTicker(h.cfg.KeepAlive)
 		defer keep.Stop()
-		for !j.queued.Load() {
-			t, out, settled, err := h.awaitLocal(ctx, j, keep.C)
+		for !j.Queued() {
+			t, out, settled, err := h.eng.AwaitLocal(ctx, &j.Job, keep.C)
 			switch {
 			case err != nil:
 				_, _ = w.Write(sse.Append(nil, evID, resultError(id, err)))
@@ -746,7 +651,7 @@ func (h *Handler) streamLocalResult(rc *fasthttp.RequestCtx, info *reqInfo, id [
 				return outcomeClientGone
 			case ctx.Err() != nil:
 				return "shutdown" // the client resumes on another replica
-			case j.queued.Load():
+			case j.Queued():
 			default:
 				if _, err := w.WriteString(": keep-alive\n\n"); err != nil || w.Flush() != nil {
 					return outcomeClientGone
@@ -771,9 +676,7 @@ func resultError(id []byte, err error) []byte {
 // with the original request id. The owner check is the store lookup.
 func (h *Handler) resumeResult(rc *fasthttp.RequestCtx, info *reqInfo, taskID string, rpcID []byte) {
 	owner, _ := h.owner(&rc.Request.Header)
-	ctx, cancel := context.WithTimeout(h.root, h.cfg.StoreTimeout)
-	_, err := h.store.Get(ctx, owner, taskID)
-	cancel()
+	_, err := h.eng.Task(h.root, owner, taskID)
 	if err != nil {
 		status := fasthttp.StatusNotFound
 		if !errors.Is(err, taskstore.ErrNotFound) {
@@ -814,9 +717,9 @@ func (h *Handler) startResultStream(rc *fasthttp.RequestCtx, info *reqInfo, id [
 	// valid until then too.
 	conn := rc.Conn()
 	se := h.beginStream(info)
-	h.wg.Add(1)
+	h.eng.Enter()
 	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer h.wg.Done()
+		defer h.eng.Leave()
 		h.m.waiters.Inc()
 		defer h.m.waiters.Dec()
 		outcome := ""
@@ -837,15 +740,10 @@ func (h *Handler) startResultStream(rc *fasthttp.RequestCtx, info *reqInfo, id [
 // its listener, delivering its queued messages as they come, and ends the
 // stream with the result. It returns the request's outcome.
 func (h *Handler) resultStreamBody(ctx context.Context, w *bufio.Writer, evID string, id []byte, owner, taskID string, left *atomic.Bool) string {
-	listen := func(ttl time.Duration) {
-		sctx, c := context.WithTimeout(context.Background(), h.cfg.StoreTimeout)
-		_ = h.store.SetListening(sctx, owner, taskID, ttl)
-		c()
-	}
-	listen(listeningTTLKeepAlive * h.cfg.KeepAlive)
-	defer listen(0)
+	h.eng.Listen(owner, taskID, listeningTTLKeepAlive*h.cfg.KeepAlive)
+	defer h.eng.Listen(owner, taskID, 0)
 	keep := func() bool {
-		listen(listeningTTLKeepAlive * h.cfg.KeepAlive)
+		h.eng.Listen(owner, taskID, listeningTTLKeepAlive*h.cfg.KeepAlive)
 		_, err := w.WriteString(": keep-alive\n\n")
 		return err == nil && w.Flush() == nil
 	}
@@ -861,7 +759,7 @@ func (h *Handler) resultStreamBody(ctx context.Context, w *bufio.Writer, evID st
 		}
 		return len(msgs)
 	}
-	t, out, err := h.waitTerminal(ctx, owner, taskID, keep, deliver)
+	t, out, err := h.eng.WaitTerminal(ctx, owner, taskID, keep, deliver)
 	if err != nil && len(open) > 0 {
 		// The stream ends before the task: questions it carried that
 		// are still unanswered go to the owner's next stream.
@@ -876,7 +774,7 @@ func (h *Handler) resultStreamBody(ctx context.Context, w *bufio.Writer, evID st
 	case errors.Is(err, taskstore.ErrNotFound):
 		buf = appendErrorResponse(nil, id, codeInvalidParams, msgTaskNotFound)
 		outcome = "rpc_error"
-	case errors.Is(err, errClientGone), left.Load():
+	case errors.Is(err, engine.ErrClientGone), left.Load():
 		return outcomeClientGone
 	case ctx.Err() != nil:
 		return "shutdown" // shutting down: the client resumes on another replica
@@ -920,192 +818,7 @@ func parseResultEventID(s string) (taskID string, rpcID []byte, ok bool) {
 	return taskID, rpcID, true
 }
 
-var errClientGone = errors.New("client went away")
-
-// waitTerminal waits until the task is terminal and returns it with its
-// outcome. It subscribes before re-reading, so no wake-up is lost; a slow
-// re-check also runs in case a wake-up was lost on a Redis reconnect.
-// tick, when set, runs every KeepAlive and ends the wait when it fails.
-// deliver, when set, gets the task's queued messages (issue 4) and returns
-// how many it wrote; the rest go back to the queue and the wait ends.
-func (h *Handler) waitTerminal(ctx context.Context, owner, taskID string, tick func() bool, deliver func([]taskstore.Message) int) (*taskstore.Task, *taskstore.Outcome, error) {
-	if tick == nil && deliver == nil {
-		if t, out, ok, err := h.localSettled(ctx, owner, taskID); ok {
-			return t, out, err
-		}
-	}
-	every := recheckInterval
-	wctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-	ch, stop, err := h.store.Watch(wctx, owner, taskID)
-	cancel()
-	switch {
-	case errors.Is(err, taskstore.ErrUnavailable) && ctx.Err() == nil:
-		// The subscription is not confirmed (Redis restarting): wait by
-		// re-reading often instead of failing the caller.
-		ch, stop, every = nil, func() {}, time.Second
-	case err != nil:
-		return nil, nil, err
-	}
-	defer stop()
-	keep := time.NewTicker(h.cfg.KeepAlive)
-	defer keep.Stop()
-	recheck := time.NewTicker(every)
-	defer recheck.Stop()
-	drain := func() error {
-		if deliver == nil {
-			return nil
-		}
-		dctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-		msgs, err := h.store.Drain(dctx, owner, taskID)
-		cancel()
-		if err != nil || len(msgs) == 0 {
-			return nil
-		}
-		if n := deliver(msgs); n < len(msgs) {
-			rctx, cancel := context.WithTimeout(context.Background(), h.cfg.StoreTimeout)
-			_ = h.store.Requeue(rctx, owner, taskID, msgs[n:])
-			cancel()
-			return errClientGone
-		}
-		return nil
-	}
-	for {
-		if err := drain(); err != nil {
-			return nil, nil, err
-		}
-		rctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-		t, out, err := h.store.Outcome(rctx, owner, taskID)
-		cancel()
-		if err != nil && !errors.Is(err, taskstore.ErrUnavailable) {
-			return nil, nil, err
-		}
-		if err == nil && t.Status.Terminal() {
-			// Notifications queued just before the end precede the result.
-			if err := drain(); err != nil {
-				return nil, nil, err
-			}
-			return t, out, nil
-		}
-		for wait := true; wait; {
-			select {
-			case <-ch:
-				wait = false
-			case <-recheck.C:
-				wait = false
-			case <-keep.C:
-				if tick != nil && !tick() {
-					return nil, nil, errClientGone
-				}
-			case <-ctx.Done():
-				return nil, nil, ctx.Err()
-			}
-		}
-	}
-}
-
-// localSettled serves the wait of waitTerminal when the task's call runs in
-// this process: it waits for the runner to settle the task and answers with
-// the outcome the runner stored (or, when the runner stored none, reads it
-// once), instead of subscribing to the task's events and reading it before
-// and after (two round trips on the pub/sub connection and two reads per
-// blocking tasks/result). Every way a running task ends
-// goes through its runner: its own outcome, a timeout, and a cancel or
-// expiry, which the runner sees through its own watch (or lease renewal)
-// when another replica made it. ok is false when the call does not run here
-// or the store read after it settled was not conclusive; the caller then
-// waits through the store as for a remote runner.
-func (h *Handler) localSettled(ctx context.Context, owner, taskID string) (*taskstore.Task, *taskstore.Outcome, bool, error) {
-	j := h.localJob(owner, taskID)
-	if j == nil {
-		return nil, nil, false, nil
-	}
-	read := func() (*taskstore.Task, *taskstore.Outcome, bool, error) {
-		rctx, cancel := context.WithTimeout(ctx, h.cfg.StoreTimeout)
-		t, out, err := h.store.Outcome(rctx, owner, taskID)
-		cancel()
-		switch {
-		case errors.Is(err, taskstore.ErrUnavailable):
-			return nil, nil, false, nil
-		case err != nil:
-			return nil, nil, true, err
-		}
-		return t, out, t.Status.Terminal(), nil
-	}
-	recheck := time.NewTicker(recheckInterval)
-	defer recheck.Stop()
-	for {
-		select {
-		case <-j.settled:
-			if t := j.finalTask; t != nil && time.Now().Before(t.ExpiresAt()) {
-				// The runner stored this outcome; a terminal task never
-				// changes, so it is what the store would answer.
-				return t, j.finalOut, true, nil
-			}
-			return read()
-		case <-recheck.C:
-			// Bounds a cancel the runner has not noticed yet.
-			if t, out, ok, err := read(); ok {
-				return t, out, true, err
-			}
-		case <-ctx.Done():
-			return nil, nil, true, ctx.Err()
-		}
-	}
-}
-
-// holdYoungGet serves a tasks/get of a call that runs in this process and
-// started less than holdYoungFor ago: it waits up to pollStart (getHold) for the call
-// to end and then returns the terminal task the runner stored, so a client
-// polling a short call learns of its end in this answer instead of after a
-// pollInterval and another poll. It returns nil (the caller reads the
-// store) when the call is not local, older, still running after the wait,
-// or when the runner stored no outcome.
-func (h *Handler) holdYoungGet(owner, taskID string) *taskstore.Task {
-	j := h.localJob(owner, taskID)
-	if j == nil || time.Since(j.t.CreatedAt) >= h.holdYoung {
-		return nil
-	}
-	select {
-	case <-j.settled:
-	default:
-		tm := time.NewTimer(h.getHold)
-		defer tm.Stop()
-		select {
-		case <-j.settled:
-		case <-tm.C:
-			return nil
-		case <-h.root.Done():
-			return nil
-		}
-	}
-	if t := j.finalTask; t != nil && time.Now().Before(t.ExpiresAt()) {
-		return t
-	}
-	return nil
-}
-
 // holdYoungFor is the age below which a tasks/get of a local call waits
-// for its end (holdYoungGet): the time the reported pollInterval stays
-// near pollStart.
+// for its end (engine.Config.HoldYoung; it waits up to pollStart): the
+// time the reported pollInterval stays near pollStart.
 const holdYoungFor = pollGrowth * pollStart
-
-// localJob returns the job running taskID in this process if it belongs to
-// owner (else nil: the store path answers a foreign id exactly as an
-// unknown one).
-func (h *Handler) localJob(owner, taskID string) *job {
-	v, found := h.jobs.Load(taskID)
-	if !found {
-		return nil
-	}
-	if j := v.(*job); j.t.Owner == owner {
-		return j
-	}
-	return nil
-}
-
-// runsHere reports whether owner's task taskID runs in this process.
-func (h *Handler) runsHere(owner, taskID string) bool { return h.localJob(owner, taskID) != nil }
-
-// recheckInterval bounds how long a lost pub/sub wake-up can delay a
-// tasks/result answer.
-const recheckInterval = 5 * time.Second

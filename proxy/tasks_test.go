@@ -578,9 +578,9 @@ func TestRunnerGoroutinesReused(t *testing.T) {
 	for i := range 5 {
 		task := e.createTask(alice, "echo", fmt.Sprintf(`{"text":"n%d"}`, i), `{}`)
 		e.waitStatus(alice, task.TaskID, "completed")
-		pollUntil(t, 5*time.Second, func() bool { return e.h.runnersIdle.Load() == 1 }, "the runner to wait for the next job")
+		pollUntil(t, 5*time.Second, func() bool { return e.h.eng.RunnersIdle() == 1 }, "the runner to wait for the next job")
 	}
-	if n := e.h.runnersStarted.Load(); n != 1 {
+	if n := e.h.eng.RunnersStarted(); n != 1 {
 		t.Errorf("5 tasks in a row started %d runner goroutines, want 1", n)
 	}
 	var tasks []wireTask
@@ -588,7 +588,7 @@ func TestRunnerGoroutinesReused(t *testing.T) {
 		tasks = append(tasks, e.createTask(alice, "block", `{}`, `{}`))
 	}
 	pollUntil(t, 5*time.Second, func() bool { return e.up.toolCalls() == 8 }, "3 concurrent upstream calls")
-	if n := e.h.runnersStarted.Load(); n != 3 {
+	if n := e.h.eng.RunnersStarted(); n != 3 {
 		t.Errorf("3 concurrent tasks after an idle runner: %d runner goroutines started in all, want 3", n)
 	}
 	e.up.releaseAll()

@@ -615,7 +615,7 @@ type openedStore struct {
 // down), else the embedded one. With --redis and no --owner-key, task
 // operations are held back by a keyGate until the shared key is loaded.
 func openStore(o *options, log zerolog.Logger) (*openedStore, error) {
-	cfg := taskstore.Config{CursorKey: []byte(o.ownerKey)}
+	cfg := taskstore.Config{CursorKey: []byte(o.ownerKey), OpTimeout: o.storeTimeout}
 	if len(cfg.CursorKey) == 0 {
 		cfg.CursorKey = nil
 	}

@@ -1,8 +1,8 @@
-package proxy
+package engine
 
 import "sync"
 
-// lifeGroup counts the Handler's runners and result streams, like a
+// lifeGroup counts the Engine's runners and the wires' result streams, like a
 // sync.WaitGroup, but allows Add while Wait is under way. Close waits for
 // the count to reach zero while the HTTP server drains at the same time,
 // so a request that is still in its handler may start a runner or a stream
@@ -21,7 +21,7 @@ func (g *lifeGroup) Add(delta int) {
 	g.n += delta
 	if g.n < 0 {
 		g.mu.Unlock()
-		panic("proxy: negative lifeGroup count")
+		panic("engine: negative lifeGroup count")
 	}
 	if g.n == 0 && g.zero != nil {
 		g.zero.Broadcast()

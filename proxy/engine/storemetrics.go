@@ -1,33 +1,27 @@
-package proxy
+package engine
 
 import (
 	"context"
 	"errors"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/taskgate/taskgate/taskstore"
 )
 
-// meteredStore times the task store's main operations
-// (taskgate_store_op_duration_seconds{op}) and counts their failures
-// (taskgate_store_errors_total{op}). Answers that are part of the
+// meteredStore reports the duration of the task store's main operations
+// to Hooks.StoreOp, and whether each failed. Answers that are part of the
 // contract (not found, terminal, owner limit, bad cursor, session bound
 // or closing) are not failures. Other operations pass through unmetered.
 type meteredStore struct {
 	taskstore.Store
-	dur  *prometheus.HistogramVec
-	errs *prometheus.CounterVec
+	obs func(op string, d time.Duration, failed bool)
 }
 
 func (s *meteredStore) done(op string, start time.Time, err error) {
-	s.dur.WithLabelValues(op).Observe(time.Since(start).Seconds())
-	if err != nil && !errors.Is(err, taskstore.ErrNotFound) && !errors.Is(err, taskstore.ErrTerminal) &&
+	failed := err != nil && !errors.Is(err, taskstore.ErrNotFound) && !errors.Is(err, taskstore.ErrTerminal) &&
 		!errors.Is(err, taskstore.ErrOwnerLimit) && !errors.Is(err, taskstore.ErrBadCursor) &&
-		!errors.Is(err, taskstore.ErrSessionBound) && !errors.Is(err, taskstore.ErrSessionClosing) {
-		s.errs.WithLabelValues(op).Inc()
-	}
+		!errors.Is(err, taskstore.ErrSessionBound) && !errors.Is(err, taskstore.ErrSessionClosing)
+	s.obs(op, time.Since(start), failed)
 }
 
 func (s *meteredStore) Create(ctx context.Context, t *taskstore.Task, opt taskstore.CreateOptions) error {

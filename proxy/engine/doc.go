@@ -1,0 +1,88 @@
+// Package engine is taskgate's task engine: it runs tool calls as tasks
+// for the wire layers in package proxy, and knows no wire. Its API speaks
+// in tasks (taskstore.Task), owners (the opaque strings the wires derive
+// from a request's credential or session), outcomes (taskstore.Outcome:
+// the upstream's raw result or error, or none) and messages (opaque bytes
+// the wire rendered, queued in the task's mailbox). It never parses
+// JSON-RPC, never sees an HTTP request and never renders an answer; it
+// imports neither fasthttp nor package proxy nor a wire package.
+//
+// # What the engine does
+//
+//   - Create and Start: Reserve takes one of the tool's concurrency slots
+//     (policy maxConcurrent, per process) and makes the task id and the
+//     nonce of its upstream request. Create stores the task durably (with
+//     the per-owner cap, MaxTasksPerOwner, and the runner's first lease);
+//     only then does Start hand it to a runner, so a task a client learns
+//     of is always readable from any replica sharing the store.
+//   - Runners: a pool of goroutines reused across jobs (a fresh goroutine
+//     would grow its stack on every task). A Job is one running call; its
+//     supervisor starts only after the call has run for a moment (most
+//     calls end before) and then renews the lease, watches the store for a
+//     cancel (from any replica) and for the client's answers, and ends the
+//     call at its deadline: the policy timeout or the task's ttl,
+//     whichever comes first. The runner records the outcome (retrying
+//     while the store is briefly down), or nothing when the task was
+//     cancelled or expired.
+//   - Leases: every process fails the tasks whose runner stopped renewing
+//     (a killed process), at most Config.Lease after the last renewal
+//     (LeaseRenew, LeaseTTL, LeaseSkew, LeaseCheck).
+//   - Reads and waits: Get (which briefly holds a read of a young call
+//     running here, HoldYoungGet, so a client polling a short call learns
+//     of its end without a second poll), Outcome, List, LocalJob,
+//     AwaitLocal (a call running here: its runner's memory, no store
+//     round trip), WaitTerminal (any call: a store subscription with
+//     re-reads, optionally delivering the task's queued messages through a
+//     callback first), WaitTerminalOrInput (WaitTerminal that also returns
+//     when the task has an open question, for a client that answers
+//     questions as they come).
+//   - Cancel and CancelOwnerTasks: cancel in the store, and abort the call
+//     at once when it runs here; Withdraw for a task nobody else knew of.
+//   - Sessions: Start records a call on its upstream session; EndSession
+//     defers the end of a session on which calls still run to the last
+//     call's runner (Upstream.CloseSession).
+//   - Messages: Progress (a throttled statusMessage), Enqueue (a message
+//     for the client, into the task's mailbox), Ask, AskFor and
+//     InputRequired (a question: pending for the owner, task
+//     input_required), Answer (a client's answer into the task's inbox,
+//     from any replica), TakeAnswers, Answered and Working (the runner's
+//     side), WatchOwner, DeliverQueued and DeliverAllQueued (a stream that
+//     carries the messages of all of an owner's tasks), Listen (a stream
+//     of one task claims its messages), Redeliver (a question whose stream
+//     ended unanswered). Open questions can also be kept as input requests
+//     readable from any replica (AddInputRequest, InputRequests,
+//     AnswerInputs), as the 2026-07-28 wire shows them.
+//   - Limits: Allow (the per-owner token bucket of task operations),
+//     LookupMiss (a miss costs more, which slows down id enumeration),
+//     Thrifty (an owner low on budget is told a longer poll interval).
+//
+// # What the engine needs from a wire
+//
+// Upstream runs a job's call: Begin prepares it, Call runs it and
+// classifies the answer into a Result, Stopped tells the upstream the call
+// was stopped, Answers hands the client's answers to the running call,
+// CloseSession ends the upstream session after the last call on a session
+// the client ended, Ended releases the call's resources. Job.Call is the
+// wire's own value for the call (proxy's job embeds engine.Job and points
+// Call back at itself, so a task costs no extra allocation). Hooks
+// receive the engine's metrics; the engine imports no metrics library.
+//
+// # What the wire layers do
+//
+// Package proxy is the HTTP front. Its 2025-11-25 wire (tasks.go,
+// streams.go, sessions.go) parses tools/call's params.task and the
+// tasks/* requests, derives owners, renders CreateTaskResult, the flat
+// Task, tasks/result with the related-task _meta, notifications/tasks/
+// status, the SSE streams that carry a task's messages, and maps the
+// engine's errors to JSON-RPC errors. Its 2026-07-28 wire (modern*.go,
+// proxy/wire2026) renders the same stored tasks and raw outcomes in the
+// tasks extension's shapes. Both create, read, wait and cancel through one
+// Engine. The 2025-era upstream's call (a JSON or SSE answer, with the
+// upstream's notifications and questions on the way) and the 2026-era
+// upstream's (input rounds) live in proxy's taskUpstream, the Upstream
+// implementation.
+//
+// Store operations take the caller's context; the store bounds each one
+// itself (taskstore.Config.OpTimeout) when the context has no deadline, so
+// the engine sets none.
+package engine

@@ -1,0 +1,251 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/taskgate/taskgate/taskstore"
+)
+
+// Config configures an Engine. The wire layers fill it from their own
+// configuration; New does not apply defaults beyond what it documents.
+type Config struct {
+	// ProcessID names this process in leases (Task.Runner).
+	ProcessID string
+	// Lease is the bound on how long a task whose runner died stays
+	// working (see LeaseTTL); it must be > 0.
+	Lease time.Duration
+	// StoreTimeout is the time one store operation may take; the runner's
+	// retries to record an outcome while shutting down are bounded by it.
+	StoreTimeout time.Duration
+	// MaxTasksPerOwner caps an owner's unfinished tasks; <= 0 = none.
+	MaxTasksPerOwner int
+	// QueueMax bounds a task's queue of undelivered messages.
+	QueueMax int
+	// KeepAlive is the interval of WaitTerminal's tick.
+	KeepAlive time.Duration
+	// ListPageSize is the page size of List.
+	ListPageSize int
+	// TaskRate and TaskBurst are the per-owner token bucket of task
+	// operations (Allow): operations per second and bucket size. A rate
+	// <= 0 disables it.
+	TaskRate  float64
+	TaskBurst int
+	// HoldFor and HoldYoung shape Get's wait for a young local call
+	// (HoldYoungGet): a call younger than HoldYoung is waited for up to
+	// HoldFor.
+	HoldFor, HoldYoung time.Duration
+}
+
+// Hooks are the engine's metrics. Each may be nil.
+type Hooks struct {
+	// TaskEvent counts a task lifecycle event ("created", "refused",
+	// "completed", "failed", "cancelled", "expired", "lost", "dropped",
+	// "rate_limited", "lookup_miss") of tool ("" when unknown).
+	TaskEvent func(event, tool string)
+	// TaskDuration observes the age of a task of tool that reached status
+	// (a terminal status, or "lost").
+	TaskDuration func(tool, status string, age time.Duration)
+	// CallDuration observes how long one upstream call of tool took.
+	CallDuration func(tool string, d time.Duration)
+	// Running adds delta to the count of calls running in this process.
+	Running func(delta int64)
+	// RateLimited counts a task operation refused by Allow.
+	RateLimited func()
+	// StoreOp observes one store operation of the engine (op: "create",
+	// "get", "finish", "cancel", "outcome", "list", "renew", "recover",
+	// "enqueue", "drain", "answer", "add_input", "inputs", "answer_inputs")
+	// and whether it failed (an answer the store's contract foresees, such
+	// as not found, is no failure).
+	StoreOp func(op string, d time.Duration, failed bool)
+}
+
+func (h *Hooks) event(event, tool string) {
+	if h.TaskEvent != nil {
+		h.TaskEvent(event, tool)
+	}
+}
+
+func (h *Hooks) duration(tool, status string, age time.Duration) {
+	if h.TaskDuration != nil {
+		h.TaskDuration(tool, status, age)
+	}
+}
+
+// Engine runs this process's tasks. It is safe for concurrent use; Close
+// stops it.
+type Engine struct {
+	cfg     Config
+	store   taskstore.Store
+	log     *zerolog.Logger
+	up      Upstream
+	hooks   Hooks
+	tools   toolLimiter
+	limiter *rateLimiter
+
+	// jobs holds this process's running task calls by task id, so a wait
+	// here on a call running here wakes when the runner settles it
+	// instead of through a store subscription.
+	jobs sync.Map
+
+	runq    chan *Job     // idle runner goroutines receive jobs here (startJob)
+	closing chan struct{} // closed when Close starts: idle runners exit
+	// runnersStarted and runnersIdle count runner goroutines started and
+	// waiting for a job.
+	runnersStarted atomic.Int64
+	runnersIdle    atomic.Int32
+	root           context.Context
+	cancel         context.CancelFunc
+	wg             lifeGroup      // runners and the wires' streams (Add may race with Close's Wait)
+	bg             sync.WaitGroup // lease recovery
+	closed         atomic.Bool
+}
+
+// New returns an Engine that stores tasks in store and runs their calls
+// through up, and starts its lease recovery loop. log must outlive it.
+func New(cfg Config, store taskstore.Store, log *zerolog.Logger, up Upstream, hooks Hooks) *Engine {
+	if hooks.StoreOp != nil {
+		store = &meteredStore{Store: store, obs: hooks.StoreOp}
+	}
+	e := &Engine{cfg: cfg, store: store, log: log, up: up, hooks: hooks,
+		limiter: newRateLimiter(cfg.TaskRate, cfg.TaskBurst, 65536)}
+	// The root's cause reaches every running call (their contexts derive
+	// from it): context.Cause tells a shutdown from a client's cancel.
+	root, cancelRoot := context.WithCancelCause(context.Background())
+	e.root, e.cancel = root, func() { cancelRoot(ErrShutdown) }
+	e.runq, e.closing = make(chan *Job), make(chan struct{})
+	e.bg.Add(1)
+	go e.recoverLoop()
+	return e
+}
+
+// Root is the engine's context: it ends (cause ErrShutdown) when Close
+// gives up waiting, or when Close returns. Work done for a request derives
+// from it.
+func (e *Engine) Root() context.Context { return e.root }
+
+// Closed reports whether Close was called: no task may be created then.
+func (e *Engine) Closed() bool { return e.closed.Load() }
+
+// Enter counts a piece of work Close waits for (a wire's result stream);
+// Leave ends it. Enter may be called while Close waits.
+func (e *Engine) Enter() { e.wg.Add(1) }
+
+// Leave ends a piece of work counted by Enter.
+func (e *Engine) Leave() { e.wg.Done() }
+
+// Close stops the engine: idle runners exit, and runners still going are
+// waited for until ctx ends, then their calls are cancelled (cause
+// ErrShutdown; their tasks stay owned by this process until their lease
+// lapses). It also waits for the work counted by Enter. Close is
+// idempotent.
+func (e *Engine) Close(ctx context.Context) error {
+	if e.closed.Swap(true) {
+		return nil
+	}
+	close(e.closing)
+	done := make(chan struct{})
+	go func() { e.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		e.cancel()
+		<-done
+	}
+	e.cancel()
+	e.bg.Wait()
+	return nil
+}
+
+// RunnersStarted is the number of runner goroutines started so far.
+func (e *Engine) RunnersStarted() int64 { return e.runnersStarted.Load() }
+
+// RunnersIdle is the number of runner goroutines waiting for a job.
+func (e *Engine) RunnersIdle() int { return int(e.runnersIdle.Load()) }
+
+// SetHold changes HoldFor and HoldYoung (tests; before any task runs).
+func (e *Engine) SetHold(holdFor, holdYoung time.Duration) {
+	e.cfg.HoldFor, e.cfg.HoldYoung = holdFor, holdYoung
+}
+
+// Lease timing, all derived from Config.Lease (L). A runner renews its
+// task's lease every LeaseRenew (L/5), each time to LeaseTTL (L/2) ahead.
+// Every process checks every LeaseCheck (L/4) and fails a task whose lease
+// ended more than LeaseSkew (L/4, the allowance for clock differences
+// between hosts) ago. A runner that dies right after a renewal leaves a
+// lease ending L/2 later; the first check more than L/4 after that comes
+// at most L/4 later still: the task fails at most L after the last
+// renewal, so at most L after the death (and at least 0.55 L after it). A
+// live runner loses its task only when none of its renewals reached the
+// store for 3L/4 (11.25 s by default: three attempts of StoreTimeout).
+func LeaseRenew(l time.Duration) time.Duration { return l / 5 }
+
+// LeaseTTL is how far ahead a lease is set (see LeaseRenew).
+func LeaseTTL(l time.Duration) time.Duration { return l / 2 }
+
+// LeaseSkew is the clock allowance of lease recovery (see LeaseRenew).
+func LeaseSkew(l time.Duration) time.Duration { return l / 4 }
+
+// LeaseCheck is the interval of lease recovery (see LeaseRenew).
+func LeaseCheck(l time.Duration) time.Duration { return l / 4 }
+
+// MsgLeaseLost is the statusMessage of a task whose runner vanished.
+const MsgLeaseLost = "the taskgate process running this call stopped (its lease expired); the call's outcome is lost — call the tool again"
+
+// recoverLoop fails tasks whose runner (in any process sharing the store)
+// stopped renewing its lease, at start and every LeaseCheck.
+func (e *Engine) recoverLoop() {
+	defer e.bg.Done()
+	t := time.NewTicker(LeaseCheck(e.cfg.Lease))
+	defer t.Stop()
+	for {
+		func() {
+			defer func() {
+				if p := recover(); p != nil {
+					e.log.Error().Interface("panic", p).Msg("lease recovery panicked")
+				}
+			}()
+			lost, err := e.store.Recover(e.root, LeaseSkew(e.cfg.Lease), MsgLeaseLost)
+			if err != nil && e.root.Err() == nil {
+				e.log.Warn().Err(err).Msg("lease recovery failed")
+			}
+			for _, t := range lost {
+				e.hooks.event("lost", t.Tool)
+				e.hooks.duration(t.Tool, "lost", time.Since(t.CreatedAt))
+				e.log.Warn().Str(logTaskID, t.ID).Str(logOwner, t.Owner).Str("runner", t.Runner).
+					Msg("task failed: its runner stopped renewing the lease")
+			}
+		}()
+		select {
+		case <-e.root.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Why a runner's call ended early (context.Cause of its context).
+var (
+	// ErrCancelledByClient: the task was cancelled (tasks/cancel, any
+	// replica, or its session ended).
+	ErrCancelledByClient = errors.New("task cancelled by the client")
+	// ErrShutdown: the engine closed before the call finished.
+	ErrShutdown = errors.New("taskgate shut down before the call finished")
+	// ErrTimeout: the call ran past the policy timeout.
+	ErrTimeout = errors.New("upstream call exceeded the policy timeout")
+	// ErrExpired: the task's ttl passed before the call finished.
+	ErrExpired = errors.New("task ttl passed before the call finished")
+)
+
+// Log field names (each used once per line: zerolog keeps duplicates).
+const (
+	logTaskID    = "task_id"
+	logTool      = "tool"
+	logOwner     = "owner"
+	logRPCMethod = "rpc_method"
+)

@@ -1,0 +1,186 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/taskgate/taskgate/policy"
+	"github.com/taskgate/taskgate/taskstore"
+)
+
+// Create durably stores t, a new working task whose tool slot Reserve
+// took, with its runner's first lease, and makes j its job (call is the
+// wire's value for it, session and upSession as in Job). Start then runs
+// it. When storing fails it gives back the tool slot and returns the
+// error: taskstore.ErrOwnerLimit when the owner has MaxTasksPerOwner
+// unfinished tasks, else the store's (the task is then failed in the
+// background, in case the store did create it although the answer was
+// lost). The caller frees call's resources on an error.
+func (e *Engine) Create(j *Job, t *taskstore.Task, st policy.Settings, call any, session, upSession string) error {
+	err := e.store.Create(e.root, t, taskstore.CreateOptions{MaxPerOwner: max(e.cfg.MaxTasksPerOwner, 0), Lease: LeaseTTL(e.cfg.Lease)})
+	if err != nil {
+		e.tools.release(t.Tool)
+		e.hooks.event("refused", t.Tool)
+		if !errors.Is(err, taskstore.ErrOwnerLimit) {
+			e.log.Error().Err(err).Str(logTool, t.Tool).Msg("creating a task failed")
+			e.abandonCreate(t)
+		}
+		return err
+	}
+	e.hooks.event("created", t.Tool)
+	e.initJob(j, t, st, call, session, upSession)
+	return nil
+}
+
+// abandonCreate fails a task whose Create timed out: the store may have
+// created it although the answer was lost, and the client was told no
+// task exists. Without this the task would sit until lease recovery
+// failed it.
+func (e *Engine) abandonCreate(t *taskstore.Task) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		_, _ = e.store.Finish(context.Background(), t.Owner, t.ID, taskstore.Failed,
+			"task creation timed out; the call was not started", taskstore.Outcome{Kind: taskstore.OutcomeInternal})
+	}()
+}
+
+// Start records j's call on its upstream session (so that the client's
+// end of the session waits for it), registers it as running here and
+// hands it to a runner.
+func (e *Engine) Start(j *Job) {
+	e.startSessionTask(j)
+	e.jobs.Store(j.Task.ID, j)
+	e.startJob(j)
+}
+
+// LocalJob returns the job running taskID in this process if it belongs
+// to owner (else nil: a foreign id is answered exactly as an unknown one).
+func (e *Engine) LocalJob(owner, taskID string) *Job {
+	v, found := e.jobs.Load(taskID)
+	if !found {
+		return nil
+	}
+	if j := v.(*Job); j.Task.Owner == owner {
+		return j
+	}
+	return nil
+}
+
+// RunsHere reports whether owner's task taskID runs in this process.
+func (e *Engine) RunsHere(owner, taskID string) bool { return e.LocalJob(owner, taskID) != nil }
+
+// Get returns owner's task taskID: for a young call running here, the
+// terminal task its runner stores within HoldFor (HoldYoungGet), else the
+// store's.
+func (e *Engine) Get(ctx context.Context, owner, taskID string) (*taskstore.Task, error) {
+	if t := e.HoldYoungGet(owner, taskID); t != nil {
+		return t, nil
+	}
+	return e.store.Get(ctx, owner, taskID)
+}
+
+// Outcome reads owner's task taskID with its stored outcome.
+func (e *Engine) Outcome(ctx context.Context, owner, taskID string) (*taskstore.Task, *taskstore.Outcome, error) {
+	return e.store.Outcome(ctx, owner, taskID)
+}
+
+// List returns a page (ListPageSize) of owner's live tasks after cursor,
+// and the next page's cursor ("" = no more); taskstore.ErrBadCursor for a
+// cursor the store did not issue.
+func (e *Engine) List(ctx context.Context, owner, cursor string) ([]taskstore.Task, string, error) {
+	return e.store.List(ctx, owner, cursor, e.cfg.ListPageSize)
+}
+
+// Cancel cancels owner's unfinished task taskID with statusMessage msg
+// and aborts its call when it runs here; taskstore.ErrTerminal when it
+// already finished. With timed the task's age is observed (TaskDuration).
+func (e *Engine) Cancel(ctx context.Context, owner, taskID, msg string, timed bool) (*taskstore.Task, error) {
+	t, err := e.store.Cancel(ctx, owner, taskID, msg)
+	if err != nil {
+		return nil, err
+	}
+	if v, ok := e.jobs.Load(taskID); ok {
+		// The call runs here: abort it now rather than when its runner
+		// sees the store's wake-up.
+		v.(*Job).cancel(ErrCancelledByClient)
+	}
+	e.hooks.event("cancelled", t.Tool)
+	if timed {
+		e.hooks.duration(t.Tool, "cancelled", time.Since(t.CreatedAt))
+	}
+	e.log.Info().Str(logTaskID, taskID).Str(logOwner, owner).Msg("task cancelled")
+	return t, nil
+}
+
+// CancelOwnerTasks cancels owner's unfinished tasks with statusMessage
+// msg (and aborts those running here). Failures are logged: the end of
+// the session that owned them fails their calls anyway.
+func (e *Engine) CancelOwnerTasks(owner, msg string) {
+	ctx := e.root
+	for cursor := ""; ; {
+		tasks, next, err := e.store.List(ctx, owner, cursor, taskstore.MaxListLimit)
+		if err != nil {
+			e.log.Warn().Err(err).Msg("listing the ended session's tasks failed; their calls end with the session")
+			return
+		}
+		for i := range tasks {
+			if tasks[i].Status.Terminal() {
+				continue
+			}
+			if _, err := e.store.Cancel(ctx, owner, tasks[i].ID, msg); err != nil {
+				continue // finished meanwhile, or the store failed: the session's end settles it
+			}
+			if v, ok := e.jobs.Load(tasks[i].ID); ok {
+				v.(*Job).cancel(ErrCancelledByClient)
+			}
+			e.hooks.event("cancelled", tasks[i].Tool)
+			e.hooks.duration(tasks[i].Tool, "cancelled", time.Since(tasks[i].CreatedAt))
+			e.log.Info().Str(logTaskID, tasks[i].ID).Str(logOwner, owner).Msg("task cancelled: its session ended")
+		}
+		if next == "" {
+			return
+		}
+		cursor = next
+	}
+}
+
+// startSessionTask records j's call on its upstream session, so that the
+// client's end of the session waits for it. The call's deadline is the
+// earlier of the policy timeout and the task's expiry.
+func (e *Engine) startSessionTask(j *Job) {
+	if j.UpSession == "" {
+		return
+	}
+	if err := e.store.StartSessionTask(e.root, j.UpSession, j.Task.ID, j.deadline); err != nil {
+		// The session then closes without waiting for this call.
+		j.Log.Warn().Err(err).Msg("recording the task on its session failed")
+		j.UpSession = ""
+	}
+}
+
+// EndSession records that the client ended upstream session sess (its
+// store key). When task calls still run on it, the session is marked
+// closing and deferred is true: the runner of the last call has the
+// upstream end it (Upstream.CloseSession). Else the session's record is
+// gone and the caller ends the session upstream itself.
+func (e *Engine) EndSession(ctx context.Context, sess string) (deferred bool, err error) {
+	return e.store.CloseSession(ctx, sess)
+}
+
+// endSessionTask removes j's call from its session and, when it was the
+// last call of a session its client ended, has the upstream end it.
+func (e *Engine) endSessionTask(j *Job) {
+	if j.UpSession == "" {
+		return
+	}
+	closeNow, err := e.store.EndSessionTask(context.Background(), j.UpSession, j.Task.ID)
+	if err != nil {
+		j.Log.Warn().Err(err).Msg("removing the task from its session failed; the session closes at the call's deadline")
+		return
+	}
+	if closeNow {
+		e.up.CloseSession(j)
+	}
+}

@@ -1,0 +1,68 @@
+package proxy
+
+import (
+	"context"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/taskgate/taskgate/proxy/engine"
+)
+
+// job is a task call as the wires and their upstream client see it: the
+// engine's job (task, policy, supervision, outcome) and what the engine
+// does not know: the upstream request, owned by the runner, and the
+// 2026 wire's per-call state. Its engine.Job.Call points back to it.
+type job struct {
+	engine.Job
+	req *fasthttp.Request
+	// hdr is a copy of req's headers made before the call starts, for the
+	// messages sent beside it (answers, cancels, the session's end): req
+	// itself belongs to the goroutine writing the call.
+	hdr    fasthttp.RequestHeader
+	modern *modernJob // set for tasks created on the 2026-07-28 wire
+}
+
+// jobOf returns the job whose engine part is ej.
+func jobOf(ej *engine.Job) *job { return ej.Call.(*job) }
+
+// localJob returns owner's task call taskID when it runs in this process.
+func (h *Handler) localJob(owner, taskID string) *job {
+	if ej := h.eng.LocalJob(owner, taskID); ej != nil {
+		return jobOf(ej)
+	}
+	return nil
+}
+
+// callResult is the upstream outcome of one call.
+type callResult = engine.Result
+
+// taskUpstream runs the engine's task calls on this Handler's upstream
+// (engine.Upstream): the 2025-era calls (callUpstreamOnce, with the
+// messages of their SSE answers) and the 2026 wire's (callModern).
+type taskUpstream struct{ h *Handler }
+
+// Begin copies the request's headers for the messages sent beside the
+// call (supervisor and runner may send them while the call is written).
+func (u *taskUpstream) Begin(ej *engine.Job) {
+	j := jobOf(ej)
+	j.req.Header.CopyTo(&j.hdr)
+}
+
+// Call runs the call and classifies the upstream's answer.
+func (u *taskUpstream) Call(ctx context.Context, ej *engine.Job) engine.Result {
+	return u.h.callUpstream(ctx, jobOf(ej))
+}
+
+// Stopped tells the upstream to stop the call.
+func (u *taskUpstream) Stopped(ej *engine.Job, reason string) { u.h.notifyCancelled(jobOf(ej), reason) }
+
+// Answers posts the client's answers upstream.
+func (u *taskUpstream) Answers(ctx context.Context, ej *engine.Job) {
+	u.h.deliverAnswers(ctx, jobOf(ej))
+}
+
+// CloseSession ends the call's upstream session with a DELETE.
+func (u *taskUpstream) CloseSession(ej *engine.Job) { u.h.closeUpstreamSession(jobOf(ej)) }
+
+// Ended releases the call's request.
+func (u *taskUpstream) Ended(ej *engine.Job) { fasthttp.ReleaseRequest(jobOf(ej).req) }
