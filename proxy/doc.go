@@ -522,4 +522,8 @@
 //     gets the task; a tampered, expired or foreign state is refused.
 //   - M-29: the errors -32020, -32021 and -32022 always carry the data their
 //     schema requires.
+//   - M-30: in front of a 2025 upstream, the methods 2026-07-28 removed
+//     (initialize, ping, logging/setLevel, resources/subscribe and
+//     unsubscribe) and methods neither revision defines are HTTP 404 with
+//     -32601 on the 2026 wire, and the upstream's -32601 is HTTP 404 too.
 package proxy

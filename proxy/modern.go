@@ -18,8 +18,10 @@ import (
 // client's capabilities in params._meta. taskgate tells the eras apart per
 // request, in this order:
 //
-//  1. initialize, a request with an Mcp-Session-Id, a JSON-RPC response or
-//     a batch is of the 2025 era and served exactly as before;
+//  1. a request with an Mcp-Session-Id, a JSON-RPC response or a batch is
+//     of the 2025 era and served exactly as before, and so is an initialize
+//     that names no 2026 protocol version (an initialize that does is a
+//     2026 request for a method that revision removed);
 //  2. a request whose params._meta names a protocol version, or whose
 //     MCP-Protocol-Version header is 2026-07-28 or later, is of the 2026
 //     era: the _meta version must equal the header (else HTTP 400 and
@@ -42,6 +44,9 @@ import (
 const (
 	methodDiscover    = "server/discover"
 	methodTasksUpdate = "tasks/update"
+	// methodSubscriptionsListen opens a stream of the notifications a
+	// client asks for (list changes, resource updates, task status).
+	methodSubscriptionsListen = "subscriptions/listen"
 )
 
 // modernWire serves the 2026 wire of one Handler.
@@ -93,7 +98,7 @@ var metaVersionKey = []byte(wire2026.MetaProtocolVersion)
 // It must stay cheap for 2025 requests: they are told apart by a header
 // comparison and a substring search of params, without allocating.
 func (w *modernWire) serve(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) bool {
-	if env.method == "" || env.method == methodInitialize || env.batch != nil {
+	if env.method == "" || env.batch != nil {
 		return false
 	}
 	hdr := &rc.Request.Header
@@ -162,9 +167,40 @@ func (w *modernWire) serve(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope
 	case methodDiscover:
 		w.discover(rc, info, env, era)
 	default:
+		if era == era2025 && legacyOnlyMethod(env.method) {
+			// The 2025 upstream has the method; the 2026 wire does not
+			// (M-30).
+			w.fail(rc, info, env.id, 404, codeMethodNotFound,
+				"taskgate: "+env.method+" does not exist at protocol version "+wire2026.ProtocolVersion, nil)
+			return true
+		}
 		w.forward(rc, info, env, era)
 	}
 	return true
+}
+
+// legacyOnlyMethod reports whether a client may call method at
+// 2025-11-25 but not at 2026-07-28, which removed the handshake, ping,
+// session-wide log levels and resource subscriptions (subscriptions/listen
+// replaces them); tasks/result and tasks/list are answered before this.
+func legacyOnlyMethod(method string) bool {
+	switch method {
+	case methodInitialize, methodPing, "logging/setLevel", "resources/subscribe", "resources/unsubscribe":
+		return true
+	}
+	return false
+}
+
+// modernMethod reports whether method is a request a client may send at
+// 2026-07-28 (with the tasks extension).
+func modernMethod(method string) bool {
+	switch method {
+	case methodDiscover, methodToolsList, methodToolsCall, "prompts/list", "prompts/get", "resources/list",
+		"resources/templates/list", "resources/read", "completion/complete", methodSubscriptionsListen,
+		methodTasksGet, methodTasksUpdate, methodTasksCancel:
+		return true
+	}
+	return false
 }
 
 // isLegacyVersion reports whether v is a published version older than

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -281,7 +282,7 @@ func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		status, msg, _, err = w.exchange(ctx, req, &req.Header)
 		fasthttp.ReleaseRequest(req)
 		s.done()
-		if err == nil && status == fasthttp.StatusNotFound {
+		if err == nil && status == fasthttp.StatusNotFound && !isErrorResponse(msg) {
 			// The upstream ended the session (it did not run the
 			// request): open a new one and send it again.
 			w.sessions.drop(owner, s)
@@ -294,7 +295,17 @@ func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		h.upstreamFailed(rc, info, id, err)
 		return
 	}
-	if status < 200 || status > 299 || len(msg) == 0 {
+	// An upstream's JSON-RPC error answer is relayed whatever its HTTP
+	// status; an unknown method is HTTP 404 on the 2026 wire (M-30).
+	answered := isErrorResponse(msg)
+	if (status < 200 || status > 299 || len(msg) == 0) && !answered {
+		if status >= 400 && status <= 499 && !modernMethod(env.method) {
+			// A method neither revision defines, refused by the
+			// upstream without a JSON-RPC answer (a 2025 server may
+			// answer HTTP 400 and plain text).
+			w.fail(rc, info, id, fasthttp.StatusNotFound, codeMethodNotFound, "taskgate: method "+jsonQuote(env.method)+" not found", nil)
+			return
+		}
 		h.httpRPCError(rc, fasthttp.StatusBadGateway, id, codeInternalError, fmt.Sprintf("taskgate: upstream answered HTTP %d", status))
 		return
 	}
@@ -302,14 +313,46 @@ func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 	if err != nil {
 		out = msg
 	}
+	switch {
+	case answered && errorCodeOf(msg) == codeMethodNotFound:
+		status = fasthttp.StatusNotFound
+	case status >= 200 && status <= 299:
+		status = fasthttp.StatusOK
+	}
 	if cacheableMethod(env.method) {
 		if hinted, err := capability.AddCacheHints(out); err == nil {
 			out = hinted
 		}
 	}
-	rc.SetStatusCode(fasthttp.StatusOK)
+	rc.SetStatusCode(status)
 	rc.Response.Header.SetContentType("application/json")
 	rc.SetBody(out)
+}
+
+// isErrorResponse reports whether msg is a JSON-RPC error response.
+func isErrorResponse(msg []byte) bool {
+	if len(msg) == 0 {
+		return false
+	}
+	vals, err := members(msg, "error")
+	return err == nil && isObject(vals[0])
+}
+
+// errorCodeOf returns the code of a JSON-RPC error response (0 if none).
+func errorCodeOf(msg []byte) int {
+	vals, err := members(msg, "error")
+	if err != nil || !isObject(vals[0]) {
+		return 0
+	}
+	ev, err := members(vals[0], "code")
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.Atoi(string(ev[0]))
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // cacheableMethod reports whether results of method carry cache hints
