@@ -526,4 +526,8 @@
 //     (initialize, ping, logging/setLevel, resources/subscribe and
 //     unsubscribe) and methods neither revision defines are HTTP 404 with
 //     -32601 on the 2026 wire, and the upstream's -32601 is HTTP 404 too.
+//   - M-31: a plain call (no task) whose 2025 upstream asks for input of a
+//     type the request did not declare (elicitation, sampling, roots) is
+//     400/-32021 with data.requiredCapabilities naming that capability, and
+//     the upstream is told to stop the call.
 package proxy

@@ -174,7 +174,7 @@ func (w *modernWire) serve(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope
 				"taskgate: "+env.method+" does not exist at protocol version "+wire2026.ProtocolVersion, nil)
 			return true
 		}
-		w.forward(rc, info, env, era)
+		w.forward(rc, info, env, &m, era)
 	}
 	return true
 }
@@ -349,7 +349,7 @@ func (w *modernWire) toolsCall(rc *fasthttp.RequestCtx, info *reqInfo, env *enve
 			// runs as a task the client never sees (createTask, plain).
 			w.createTask(rc, info, env, name, st, m, era, true)
 		default:
-			w.plainCall(rc, info, env, era)
+			w.plainCall(rc, info, env, m, era)
 		}
 		return
 	}

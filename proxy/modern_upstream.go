@@ -97,8 +97,11 @@ func (w *modernWire) newUpstreamRequest(req *fasthttp.Request, hdr *fasthttp.Req
 // exchange sends req on a background connection and returns the HTTP
 // status, the JSON-RPC response in the answer (JSON or SSE) and the
 // response's Mcp-Session-Id. Requests the upstream sends meanwhile are
-// answered by onRequest (nil: an error answer through answerTo, or none).
-func (w *modernWire) exchange(ctx context.Context, req *fasthttp.Request, answerTo *fasthttp.RequestHeader) (status int, msg []byte, sid string, err error) {
+// answered through answerTo (nil: not answered): ping with an empty
+// result, others with an error. When m is given (a plain call of a 2026
+// client) and the upstream asks for input of a type m does not declare,
+// exchange stops reading and returns a *missingCapability naming it.
+func (w *modernWire) exchange(ctx context.Context, req *fasthttp.Request, answerTo *fasthttp.RequestHeader, m ...*modernMeta) (status int, msg []byte, sid string, err error) {
 	h := w.h
 	x, err := h.up.RoundTrip(ctx, req)
 	if err != nil {
@@ -128,6 +131,10 @@ func (w *modernWire) exchange(ctx context.Context, req *fasthttp.Request, answer
 				return status, append([]byte(nil), ev.data...), sid, nil
 			case env.method != "" && env.id != nil && answerTo != nil:
 				var ans []byte
+				if cap := inputCapability(env.method); cap != "" && len(m) > 0 && m[0] != nil && !m[0].declares(cap) {
+					w.postWith(answerTo, appendErrorResponse(nil, env.id, codeMethodNotFound, "taskgate: the client did not declare "+cap))
+					return status, nil, sid, &missingCapability{capability: cap}
+				}
 				if env.method == methodPing {
 					ans = appendResultResponse(nil, env.id, []byte("{}"))
 				} else {
@@ -144,6 +151,50 @@ func (w *modernWire) exchange(ctx context.Context, req *fasthttp.Request, answer
 			return status, nil, sid, err
 		}
 	}
+}
+
+// missingCapability is what a plain call's upstream asked for that the
+// request did not declare.
+type missingCapability struct{ capability string }
+
+func (e *missingCapability) Error() string {
+	return "the upstream asked for the client capability " + e.capability + ", which the request did not declare"
+}
+
+// inputCapability names the client capability an upstream request needs
+// ("" for a request that needs none the 2026 wire carries as input).
+func inputCapability(method string) string {
+	switch method {
+	case "elicitation/create":
+		return "elicitation"
+	case "sampling/createMessage":
+		return "sampling"
+	case "roots/list":
+		return "roots"
+	}
+	return ""
+}
+
+// declares reports whether m declares the client capability named cap.
+func (m *modernMeta) declares(cap string) bool {
+	switch cap {
+	case "elicitation":
+		return m.elicitation
+	case "sampling":
+		return m.sampling
+	case "roots":
+		return m.roots
+	}
+	return false
+}
+
+// appendCancelled appends a notifications/cancelled for the request id.
+func appendCancelled(dst, id []byte, reason string) []byte {
+	dst = append(dst, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`...)
+	dst = append(dst, id...)
+	dst = append(dst, `,"reason":`...)
+	dst = appendJSONString(dst, reason)
+	return append(dst, "}}"...)
 }
 
 // postWith posts body upstream with the headers hdr and discards the answer.
@@ -169,7 +220,7 @@ func (w *modernWire) prepareCall(rc *fasthttp.RequestCtx, req *fasthttp.Request,
 }
 
 // plainCall forwards a 2026 tools/call that does not become a task.
-func (w *modernWire) plainCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, era int) {
+func (w *modernWire) plainCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, m *modernMeta, era int) {
 	params, err := deleteMember(env.params, "task")
 	if err != nil {
 		w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: invalid tools/call params: "+err.Error(), nil)
@@ -187,11 +238,11 @@ func (w *modernWire) plainCall(rc *fasthttp.RequestCtx, info *reqInfo, env *enve
 		w.h.pass(rc, info, env.id)
 		return
 	}
-	w.bridge(rc, info, env, params)
+	w.bridge(rc, info, env, m, params)
 }
 
 // forward serves a 2026 request that taskgate does not answer itself.
-func (w *modernWire) forward(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, era int) {
+func (w *modernWire) forward(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, m *modernMeta, era int) {
 	if era == era2026 {
 		w.h.pass(rc, info, env.id)
 		return
@@ -201,7 +252,7 @@ func (w *modernWire) forward(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 		rc.SetStatusCode(fasthttp.StatusAccepted)
 		return
 	}
-	w.bridge(rc, info, env, env.params)
+	w.bridge(rc, info, env, m, env.params)
 }
 
 // discover answers server/discover: a 2026 upstream's own answer with the
@@ -244,7 +295,7 @@ func (w *modernWire) discover(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 
 // bridge sends a 2026 request to a 2025 upstream in the owner's upstream
 // session and answers with the upstream's response in 2026 form.
-func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, params []byte) {
+func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, m *modernMeta, params []byte) {
 	h := w.h
 	id := append([]byte(nil), env.id...)
 	owner, _ := h.owner(&rc.Request.Header)
@@ -279,7 +330,14 @@ func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		w.newUpstreamRequest(req, &rc.Request.Header)
 		s.apply(&req.Header)
 		req.SetBody(body)
-		status, msg, _, err = w.exchange(ctx, req, &req.Header)
+		status, msg, _, err = w.exchange(ctx, req, &req.Header, m)
+		var mc *missingCapability
+		if errors.As(err, &mc) {
+			// The call cannot go on without what the client did not
+			// declare: the upstream drops it, the client learns what
+			// to declare (M-31).
+			w.postWith(&req.Header, appendCancelled(nil, id, "the client did not declare "+mc.capability))
+		}
 		fasthttp.ReleaseRequest(req)
 		s.done()
 		if err == nil && status == fasthttp.StatusNotFound && !isErrorResponse(msg) {
@@ -291,6 +349,12 @@ func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		break
 	}
 	h.m.upstreamLatency.WithLabelValues(metricMethod(info.method)).Observe(time.Since(start).Seconds())
+	if mc := (*missingCapability)(nil); errors.As(err, &mc) {
+		info.outcome = "missing_capability"
+		w.fail(rc, info, id, fasthttp.StatusBadRequest, wire2026.CodeMissingCapability, "taskgate: "+mc.Error(),
+			[]byte(`{"requiredCapabilities":{"`+mc.capability+`":{}}}`))
+		return
+	}
 	if err != nil {
 		h.upstreamFailed(rc, info, id, err)
 		return
