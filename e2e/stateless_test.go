@@ -1,9 +1,16 @@
 package e2e
 
 import (
+	"bufio"
+	"bytes"
+	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestModernRemovedMethods: through the bridge to a 2025-era upstream, the
@@ -61,6 +68,123 @@ func TestModernUndeclaredCapability(t *testing.T) {
 			c.ok("tools/call", map[string]any{"name": "test_missing_capability", "arguments": map[string]any{}}, "test_missing_capability", &round1)
 			if round1.ResultType != "input_required" || len(round1.InputRequests) != 1 {
 				t.Errorf("declaring sampling: %+v, want an InputRequiredResult with one sampling request", round1)
+			}
+		})
+	}
+}
+
+// listenStream is an open subscriptions/listen stream; msgs gets each of
+// its messages.
+type listenStream struct {
+	msgs chan map[string]any
+}
+
+// openListen opens subscriptions/listen with the notifications filter
+// and the request id id, declaring caps.
+func openListen(t *testing.T, endpoint string, id int, filter, caps map[string]any) *listenStream {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": id, "method": "subscriptions/listen", "params": map[string]any{
+		"notifications": filter,
+		"_meta":         map[string]any{metaVersionKey: modernVersion, metaCapsKey: caps},
+	}})
+	ctx, cancel := context.WithCancel(t.Context())
+	t.Cleanup(cancel)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", modernVersion)
+	req.Header.Set("Mcp-Method", "subscriptions/listen")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Fatalf("subscriptions/listen: HTTP %d %s %s", resp.StatusCode, resp.Header.Get("Content-Type"), b)
+	}
+	ls := &listenStream{msgs: make(chan map[string]any, 16)}
+	go func() {
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			data, ok := strings.CutPrefix(sc.Text(), "data:")
+			if !ok {
+				continue
+			}
+			var m map[string]any
+			if json.Unmarshal([]byte(strings.TrimSpace(data)), &m) == nil {
+				ls.msgs <- m
+			}
+		}
+	}()
+	return ls
+}
+
+// next returns the stream's next message.
+func (ls *listenStream) next(t *testing.T, what string) map[string]any {
+	t.Helper()
+	select {
+	case m := <-ls.msgs:
+		return m
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no %s on the listen stream", what)
+		return nil
+	}
+}
+
+func subscriptionID(m map[string]any) any {
+	p, _ := m["params"].(map[string]any)
+	meta, _ := p["_meta"].(map[string]any)
+	return meta["io.modelcontextprotocol/subscriptionId"]
+}
+
+// TestModernListen: subscriptions/listen through taskgate in front of
+// either upstream era: the first message acknowledges what the upstream
+// offers among what was asked for, a tool list change reaches the stream
+// that asked for it tagged with the listen request's id, and not the one
+// that asked for prompts only (M-33). A filter naming taskIds without the
+// tasks extension is 400/-32021 (M-26).
+func TestModernListen(t *testing.T) {
+	for _, era := range upstreamEras {
+		t.Run(era.name, func(t *testing.T) {
+			up := startLegacy(t, append(slices.Clone(era.args), "--diagnostics")...)
+			gw := startTaskgate(t, up.URL, "--config", conformancePolicy(t))
+			c := newModernClient(t, gw.URL, map[string]any{})
+			c.fails("subscriptions/listen", map[string]any{"notifications": map[string]any{"taskIds": []string{"x"}}}, "", nil, 400, -32021)
+
+			tools := openListen(t, gw.URL, 71, map[string]any{"toolsListChanged": true, "promptsListChanged": true}, map[string]any{})
+			prompts := openListen(t, gw.URL, 72, map[string]any{"promptsListChanged": true}, map[string]any{})
+			for name, ls := range map[string]*listenStream{"tools": tools, "prompts": prompts} {
+				ack := ls.next(t, "acknowledgement")
+				p, _ := ack["params"].(map[string]any)
+				if ack["method"] != "notifications/subscriptions/acknowledged" || subscriptionID(ack) == nil {
+					t.Fatalf("%s stream: first message %v, want a tagged acknowledgement", name, ack)
+				}
+				n, _ := p["notifications"].(map[string]any)
+				if _, ok := n["promptsListChanged"]; ok {
+					t.Errorf("%s stream: acknowledged %v, but the upstream offers no prompt list changes", name, n)
+				}
+				if want := name == "tools"; (n["toolsListChanged"] == true) != want {
+					t.Errorf("%s stream: acknowledged %v", name, n)
+				}
+			}
+			for i := range 2 {
+				c.ok("tools/call", map[string]any{"name": "test_trigger_tool_change", "arguments": map[string]any{}}, "test_trigger_tool_change", nil)
+				m := tools.next(t, "tools/list_changed")
+				if m["method"] != "notifications/tools/list_changed" || subscriptionID(m) != float64(71) {
+					t.Fatalf("change %d: tools stream got %v, want tools/list_changed tagged 71", i, m)
+				}
+			}
+			// (A 2026 upstream may end a stream with nothing to send with
+			// its result at once.)
+			for len(prompts.msgs) > 0 {
+				if m := <-prompts.msgs; m["method"] != nil {
+					t.Errorf("prompts-only stream got %v", m)
+				}
 			}
 		})
 	}

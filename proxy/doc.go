@@ -530,4 +530,11 @@
 //     type the request did not declare (elicitation, sampling, roots) is
 //     400/-32021 with data.requiredCapabilities naming that capability, and
 //     the upstream is told to stop the call.
+//   - M-26: subscriptions/listen whose filter names taskIds, from a request
+//     that did not declare the extension, is 400/-32021.
+//   - M-33: in front of a 2025 upstream taskgate serves subscriptions/listen:
+//     the first message acknowledges the list changes the upstream offers
+//     (listChanged) among those asked for, every notification on the
+//     stream carries the listen request's id as its subscriptionId, and
+//     only the kinds asked for are sent.
 package proxy

@@ -166,6 +166,8 @@ func (w *modernWire) serve(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope
 			"taskgate: "+env.method+" does not exist at protocol version "+wire2026.ProtocolVersion+"; tasks/get carries the result", nil)
 	case methodDiscover:
 		w.discover(rc, info, env, era)
+	case methodSubscriptionsListen:
+		w.listen(rc, info, env, &m, era)
 	default:
 		if era == era2025 && legacyOnlyMethod(env.method) {
 			// The 2025 upstream has the method; the 2026 wire does not

@@ -448,6 +448,7 @@ type bridgeSession struct {
 	sid     string
 	version string
 	init    []byte // the upstream's InitializeResult
+	hub     listenHub // the session's GET stream, for listen streams
 	users   atomic.Int32
 	last    atomic.Int64 // unix ns of the last release
 }
@@ -615,6 +616,7 @@ func (b *bridgeSessions) open(s *bridgeSession, hdr *fasthttp.RequestHeader) err
 
 // close ends s at the upstream (DELETE).
 func (b *bridgeSessions) close(s *bridgeSession) {
+	s.hub.close()
 	if s.sid == "" {
 		return
 	}
