@@ -447,7 +447,7 @@ type bridgeSession struct {
 	err     error
 	sid     string
 	version string
-	init    []byte // the upstream's InitializeResult
+	init    []byte    // the upstream's InitializeResult
 	hub     listenHub // the session's GET stream, for listen streams
 	users   atomic.Int32
 	last    atomic.Int64 // unix ns of the last release
