@@ -258,3 +258,47 @@ func TestConformanceStateless(t *testing.T) {
 		})
 	}
 }
+
+// TestModernLogging: a 2026 call that sets _meta logLevel gets the
+// upstream's log messages at that level and above on its response stream,
+// before the result; one without logLevel gets none (M-32). In front of a
+// 2025 upstream taskgate relays them from the upstream session; a 2026
+// upstream sends them itself.
+func TestModernLogging(t *testing.T) {
+	for _, era := range upstreamEras {
+		t.Run(era.name, func(t *testing.T) {
+			up := startLegacy(t, append(slices.Clone(era.args), "--diagnostics")...)
+			gw := startTaskgate(t, up.URL, "--config", conformancePolicy(t))
+			c := newModernClient(t, gw.URL, map[string]any{})
+			levels := func(logLevel string) []string {
+				params := map[string]any{"name": "test_logging_tool", "arguments": map[string]any{}}
+				if logLevel != "" {
+					params["_meta"] = map[string]any{"io.modelcontextprotocol/logLevel": logLevel}
+				}
+				r, _ := c.send("tools/call", params, "test_logging_tool", nil)
+				if r.Status != http.StatusOK || r.Msg == nil || r.Msg.Error != nil {
+					t.Fatalf("test_logging_tool (logLevel %q): HTTP %d %s", logLevel, r.Status, r.Body)
+				}
+				var got []string
+				for _, n := range r.Notes {
+					var p struct {
+						Level string `json:"level"`
+					}
+					if n.Method == "notifications/message" && json.Unmarshal(n.Params, &p) == nil {
+						got = append(got, p.Level)
+					}
+				}
+				return got
+			}
+			if got := levels(""); len(got) != 0 {
+				t.Errorf("without logLevel: log messages %v, want none", got)
+			}
+			if got := levels("info"); !slices.Equal(got, []string{"info", "warning"}) {
+				t.Errorf("logLevel info: log messages %v, want [info warning]", got)
+			}
+			if got := levels("debug"); !slices.Equal(got, []string{"debug", "info", "warning"}) {
+				t.Errorf("logLevel debug: log messages %v, want [debug info warning]", got)
+			}
+		})
+	}
+}

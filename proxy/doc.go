@@ -532,6 +532,11 @@
 //     the upstream is told to stop the call.
 //   - M-26: subscriptions/listen whose filter names taskIds, from a request
 //     that did not declare the extension, is 400/-32021.
+//   - M-32: a request that sets _meta logLevel gets the log messages of its
+//     upstream call at that level and above on its own response stream,
+//     before the response; one without logLevel gets none. In front of a
+//     2025 upstream taskgate sets its session to the lowest level and
+//     filters per request.
 //   - M-33: in front of a 2025 upstream taskgate serves subscriptions/listen:
 //     the first message acknowledges the list changes the upstream offers
 //     (listChanged) among those asked for, every notification on the

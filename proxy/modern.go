@@ -47,6 +47,8 @@ const (
 	// methodSubscriptionsListen opens a stream of the notifications a
 	// client asks for (list changes, resource updates, task status).
 	methodSubscriptionsListen = "subscriptions/listen"
+	// methodLogMessage is a log message from the server.
+	methodLogMessage = "notifications/message"
 )
 
 // modernWire serves the 2026 wire of one Handler.
@@ -88,6 +90,9 @@ func newModernWire(h *Handler) *modernWire {
 type modernMeta struct {
 	version string
 	hasCaps bool
+	// logLevel is the lowest level of log messages the request wants
+	// ("" = none).
+	logLevel string
 	// The client capabilities this request declares.
 	tasks, elicitation, sampling, roots bool
 }
@@ -181,6 +186,30 @@ func (w *modernWire) serve(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope
 	return true
 }
 
+// logLevelRank orders the MCP log levels from debug (1) to emergency (8);
+// 0 for anything else.
+func logLevelRank(level string) int {
+	switch level {
+	case "debug":
+		return 1
+	case "info":
+		return 2
+	case "notice":
+		return 3
+	case "warning":
+		return 4
+	case "error":
+		return 5
+	case "critical":
+		return 6
+	case "alert":
+		return 7
+	case "emergency":
+		return 8
+	}
+	return 0
+}
+
 // legacyOnlyMethod reports whether a client may call method at
 // 2025-11-25 but not at 2026-07-28, which removed the handshake, ping,
 // session-wide log levels and resource subscriptions (subscriptions/listen
@@ -235,9 +264,12 @@ func parseModernMeta(params []byte) (modernMeta, error) {
 	if err != nil || vals[0] == nil || string(vals[0]) == "null" {
 		return m, err
 	}
-	mv, err := members(vals[0], wire2026.MetaProtocolVersion, wire2026.MetaClientCapabilities)
+	mv, err := members(vals[0], wire2026.MetaProtocolVersion, wire2026.MetaClientCapabilities, wire2026.MetaLogLevel)
 	if err != nil {
 		return m, err
+	}
+	if l, ok := unquoteValue(mv[2]); ok && logLevelRank(l) > 0 {
+		m.logLevel = l
 	}
 	if mv[0] != nil {
 		v, ok := unquoteValue(mv[0])

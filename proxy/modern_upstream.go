@@ -98,10 +98,17 @@ func (w *modernWire) newUpstreamRequest(req *fasthttp.Request, hdr *fasthttp.Req
 // status, the JSON-RPC response in the answer (JSON or SSE) and the
 // response's Mcp-Session-Id. Requests the upstream sends meanwhile are
 // answered through answerTo (nil: not answered): ping with an empty
-// result, others with an error. When m is given (a plain call of a 2026
+// result, others with an error. When m is given (a request of a 2026
 // client) and the upstream asks for input of a type m does not declare,
-// exchange stops reading and returns a *missingCapability naming it.
+// exchange stops reading and returns a *missingCapability naming it; log
+// messages at m's logLevel or above go to logs (M-32).
 func (w *modernWire) exchange(ctx context.Context, req *fasthttp.Request, answerTo *fasthttp.RequestHeader, m ...*modernMeta) (status int, msg []byte, sid string, err error) {
+	return w.exchangeLogs(ctx, req, answerTo, nil, m...)
+}
+
+// exchangeLogs is exchange, appending the log notifications the request
+// wants to *logs.
+func (w *modernWire) exchangeLogs(ctx context.Context, req *fasthttp.Request, answerTo *fasthttp.RequestHeader, logs *[][]byte, m ...*modernMeta) (status int, msg []byte, sid string, err error) {
 	h := w.h
 	x, err := h.up.RoundTrip(ctx, req)
 	if err != nil {
@@ -129,6 +136,12 @@ func (w *modernWire) exchange(ctx context.Context, req *fasthttp.Request, answer
 			case env.method == "" && (env.hasResult || env.hasError):
 				x.DrainEnd(body)
 				return status, append([]byte(nil), ev.data...), sid, nil
+			case env.method == methodLogMessage && env.id == nil && logs != nil && len(m) > 0 && m[0] != nil && m[0].logLevel != "":
+				if lv, err := members(env.params, "level"); err == nil {
+					if l, ok := unquoteValue(lv[0]); ok && logLevelRank(l) >= logLevelRank(m[0].logLevel) {
+						*logs = append(*logs, append([]byte(nil), ev.data...))
+					}
+				}
 			case env.method != "" && env.id != nil && answerTo != nil:
 				var ans []byte
 				if cap := inputCapability(env.method); cap != "" && len(m) > 0 && m[0] != nil && !m[0].declares(cap) {
@@ -321,6 +334,7 @@ func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 	start := time.Now()
 	var status int
 	var msg []byte
+	var logs [][]byte
 	for attempt := 0; attempt < 2; attempt++ {
 		var s *bridgeSession
 		if s, err = w.sessions.get(owner, &rc.Request.Header); err != nil {
@@ -330,7 +344,8 @@ func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		w.newUpstreamRequest(req, &rc.Request.Header)
 		s.apply(&req.Header)
 		req.SetBody(body)
-		status, msg, _, err = w.exchange(ctx, req, &req.Header, m)
+		logs = logs[:0]
+		status, msg, _, err = w.exchangeLogs(ctx, req, &req.Header, &logs, m)
 		var mc *missingCapability
 		if errors.As(err, &mc) {
 			// The call cannot go on without what the client did not
@@ -389,8 +404,30 @@ func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		}
 	}
 	rc.SetStatusCode(status)
+	if len(logs) > 0 {
+		// The log messages the request asked for come on its stream,
+		// before its response.
+		var b []byte
+		for _, l := range logs {
+			b = appendSSE(b, "", l)
+		}
+		rc.Response.Header.SetContentType("text/event-stream")
+		rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+		rc.SetBody(appendSSE(b, "", out))
+		return
+	}
 	rc.Response.Header.SetContentType("application/json")
 	rc.SetBody(out)
+}
+
+// offersLogging reports whether an InitializeResult declares logging.
+func offersLogging(init []byte) bool {
+	vals, err := members(init, "capabilities")
+	if err != nil || !isObject(vals[0]) {
+		return false
+	}
+	lv, err := members(vals[0], "logging")
+	return err == nil && isObject(lv[0])
 }
 
 // isErrorResponse reports whether msg is a JSON-RPC error response.
@@ -610,6 +647,11 @@ func (b *bridgeSessions) open(s *bridgeSession, hdr *fasthttp.RequestHeader) err
 	req.Header.Set(headerSessionID, sid)
 	req.Header.Set(headerProtocolVersion, s.version)
 	w.postWith(&req.Header, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
+	if offersLogging(res) {
+		// Every level reaches taskgate; each request's logLevel decides
+		// what its client gets (M-32).
+		w.postWith(&req.Header, []byte(`{"jsonrpc":"2.0","id":"taskgate-bridge-loglevel","method":"logging/setLevel","params":{"level":"debug"}}`))
+	}
 	w.h.log.Info().Str(logOwner, s.owner).Str("upstream_version", s.version).Msg("upstream session opened for 2026-07-28 clients")
 	return nil
 }
