@@ -302,3 +302,51 @@ func TestModernLogging(t *testing.T) {
 		})
 	}
 }
+
+// TestModernURLElicitation: a 2025 upstream's -32042 (URL elicitation
+// required) never reaches a 2026 client (M-12): a request declaring
+// elicitation gets an InputRequiredResult with the URL as a URL-mode
+// elicitation/create (mode, message, url; no elicitationId), and its retry
+// is the upstream's next call; one without elicitation gets 400/-32021
+// naming elicitation.
+func TestModernURLElicitation(t *testing.T) {
+	up := startLegacy(t, "--fixtures", "--diagnostics")
+	gw := startTaskgate(t, up.URL, "--config", conformancePolicy(t))
+	call := func() map[string]any {
+		return map[string]any{"name": "test_url_elicitation", "arguments": map[string]any{}}
+	}
+	bare := newModernClient(t, gw.URL, map[string]any{})
+	e := bare.fails("tools/call", call(), "test_url_elicitation", nil, 400, -32021)
+	if !strings.Contains(string(e.Data), `"elicitation"`) {
+		t.Errorf("-32021 data %s, want requiredCapabilities naming elicitation", e.Data)
+	}
+	// The upstream has now answered -32042 once: a fresh upstream.
+	up = startLegacy(t, "--fixtures", "--diagnostics")
+	gw = startTaskgate(t, up.URL, "--config", conformancePolicy(t))
+	c := newModernClient(t, gw.URL, map[string]any{"elicitation": map[string]any{}})
+	var round1 detailedTask
+	c.ok("tools/call", call(), "test_url_elicitation", &round1)
+	if round1.ResultType != "input_required" || len(round1.InputRequests) != 1 {
+		t.Fatalf("round 1 = %+v, want an InputRequiredResult with one URL elicitation", round1)
+	}
+	for k, raw := range round1.InputRequests {
+		var q struct {
+			Method string         `json:"method"`
+			Params map[string]any `json:"params"`
+		}
+		if err := json.Unmarshal(raw, &q); err != nil || q.Method != "elicitation/create" || q.Params["mode"] != "url" ||
+			q.Params["url"] != "https://example.com/authorize" || q.Params["message"] != "Authorize the demo" || q.Params["elicitationId"] != nil {
+			t.Errorf("inputRequests[%s] = %s, want a URL-mode elicitation/create without elicitationId", k, raw)
+		}
+		var res struct {
+			ResultType string `json:"resultType"`
+			toolResult
+		}
+		retry := map[string]any{"name": "test_url_elicitation", "arguments": map[string]any{},
+			"inputResponses": map[string]any{k: map[string]any{"action": "accept"}}}
+		c.ok("tools/call", retry, "test_url_elicitation", &res)
+		if res.ResultType != "complete" || res.text() != "authorized" {
+			t.Errorf("retry = %+v, want the upstream's result", res)
+		}
+	}
+}

@@ -496,6 +496,13 @@
 //   - M-11: an upstream JSON-RPC error makes the task failed with that error
 //     verbatim and no result; a transport failure fails it with a
 //     taskgate -32603.
+//   - M-12: a 2025 upstream's -32042 (URL elicitation required) never
+//     reaches a 2026 client: a plain call declaring elicitation gets an
+//     InputRequiredResult with each URL as a URL-mode elicitation/create
+//     (mode, message, url; no elicitationId) and its retry is a new
+//     upstream call; without elicitation it is 400/-32021 naming it; a task
+//     whose call failed with it reads as failed with -32603, message and
+//     data kept.
 //   - M-13: an upstream elicitation/create makes the task input_required
 //     with one stable key in inputRequests; tasks/update with the answer
 //     sends it upstream under the upstream's request id, and the task is

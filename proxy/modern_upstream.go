@@ -388,6 +388,18 @@ func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		h.httpRPCError(rc, fasthttp.StatusBadGateway, id, codeInternalError, fmt.Sprintf("taskgate: upstream answered HTTP %d", status))
 		return
 	}
+	if vals, err := members(msg, "error"); answered && err == nil {
+		if res, missing, ok := urlElicitationAnswer(vals[0], m); ok {
+			if missing != nil {
+				w.fail(rc, info, id, fasthttp.StatusBadRequest, wire2026.CodeMissingCapability,
+					"taskgate: the upstream needs a URL elicitation, which the request did not declare", missing)
+				return
+			}
+			info.outcome = "input_required"
+			h.rpcResult(rc, id, res)
+			return
+		}
+	}
 	out, err := capability.ModernResult(modernErrorCode(msg), env.method == methodToolsList)
 	if err != nil {
 		out = msg

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+	"sync/atomic"
 
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -13,7 +14,8 @@ import (
 // suite's 2026-07-28 server-stateless scenario calls: test_missing_capability
 // (needs sampling), test_streaming_elicitation (asks the user),
 // test_logging_tool (logs) and test_trigger_tool_change (changes the tool
-// list). Like the fixtures they are written once for both protocol eras.
+// list); and test_url_elicitation, whose first call needs a URL visited
+// (the 2025 error -32042). Like the fixtures they are written once for both protocol eras.
 
 // codeMissingCapability is the 2026-07-28 error for a request that needs
 // a client capability it did not declare.
@@ -40,6 +42,19 @@ func addDiagnostics(t *tools, s *mcp.Server) {
 		Description: "Sends three log messages (debug, info, warning) at the request's log level, then returns.",
 		InputSchema: rawSchema(`{"type": "object"}`),
 	}, t.loggingTool)
+	var visits atomic.Int32
+	addTool(t, s, &mcp.Tool{
+		Name: "test_url_elicitation",
+		Description: "The first call fails with -32042 (URL elicitation required: visit https://example.com/authorize); " +
+			`later calls stand for the visit done and return "authorized".`,
+		InputSchema: rawSchema(`{"type": "object"}`),
+	}, func(context.Context, *mcp.CallToolRequest, map[string]any) (*mcp.CallToolResult, any, error) {
+		if visits.Add(1) == 1 {
+			return nil, nil, mcp.URLElicitationRequiredError([]*mcp.ElicitParams{{Mode: "url",
+				Message: "Authorize the demo", URL: "https://example.com/authorize", ElicitationID: "el-1"}})
+		}
+		return textResult("authorized"), nil, nil
+	})
 	var mu sync.Mutex
 	present := false
 	addTool(t, s, &mcp.Tool{
