@@ -12,6 +12,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/taskgate/taskgate/proxy/jsonx"
+	"github.com/taskgate/taskgate/proxy/sse"
 	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/proxy/wire2026"
 )
@@ -48,10 +50,10 @@ func (w *modernWire) listen(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		w.fail(rc, info, env.id, 400, codeInvalidRequest, "taskgate: subscriptions/listen must be a request with params", nil)
 		return
 	}
-	vals, err := members(env.params, "notifications")
+	vals, err := jsonx.Members(env.params, "notifications")
 	var filter [][]byte
 	if err == nil && isObject(vals[0]) {
-		filter, err = members(vals[0], "toolsListChanged", "promptsListChanged", "resourcesListChanged", "taskIds")
+		filter, err = jsonx.Members(vals[0], "toolsListChanged", "promptsListChanged", "resourcesListChanged", "taskIds")
 	}
 	if err != nil || filter == nil {
 		w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: subscriptions/listen needs a notifications object", nil)
@@ -81,7 +83,7 @@ func (w *modernWire) listen(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 	for i, n := range listenNotifications {
 		if string(filter[i]) == "true" && offered[n.capability] {
 			l.want[n.method] = true
-			ack, _ = setMember(ack, n.member, []byte("true"))
+			ack, _ = jsonx.SetMember(ack, n.member, []byte("true"))
 		}
 	}
 	if len(l.want) > 0 {
@@ -113,7 +115,7 @@ func (w *modernWire) listen(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		ctx, cancel := context.WithCancel(h.root)
 		defer cancel()
 		defer sysconn.WatchClose(conn, cancel)()
-		if _, err := bw.Write(appendSSE(nil, "", first)); err != nil || bw.Flush() != nil {
+		if _, err := bw.Write(sse.Append(nil, "", first)); err != nil || bw.Flush() != nil {
 			outcome = outcomeClientGone
 			return
 		}
@@ -135,7 +137,7 @@ func (w *modernWire) listen(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 			case <-keep.C:
 				out = []byte(": keep-alive\n\n")
 			case msg := <-l.ch:
-				out = appendSSE(nil, "", msg)
+				out = sse.Append(nil, "", msg)
 			}
 			if _, err := bw.Write(out); err != nil || bw.Flush() != nil {
 				outcome = outcomeClientGone
@@ -149,11 +151,11 @@ func (w *modernWire) listen(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 // listChanged.
 func listChangedOffers(init []byte) map[string]bool {
 	out := map[string]bool{}
-	vals, err := members(init, "capabilities")
+	vals, err := jsonx.Members(init, "capabilities")
 	if err != nil || !isObject(vals[0]) {
 		return out
 	}
-	caps, err := members(vals[0], "tools", "prompts", "resources")
+	caps, err := jsonx.Members(vals[0], "tools", "prompts", "resources")
 	if err != nil {
 		return out
 	}
@@ -161,7 +163,7 @@ func listChangedOffers(init []byte) map[string]bool {
 		if !isObject(caps[i]) {
 			continue
 		}
-		if lc, err := members(caps[i], "listChanged"); err == nil && string(lc[0]) == "true" {
+		if lc, err := jsonx.Members(caps[i], "listChanged"); err == nil && string(lc[0]) == "true" {
 			out[name] = true
 		}
 	}
@@ -176,11 +178,11 @@ func appendNotification(dst []byte, method string, params, subID []byte) []byte 
 		params = []byte(`{}`)
 	}
 	meta := []byte(`{}`)
-	if vals, err := members(params, "_meta"); err == nil && isObject(vals[0]) {
+	if vals, err := jsonx.Members(params, "_meta"); err == nil && isObject(vals[0]) {
 		meta = vals[0]
 	}
-	if m, err := setMember(meta, metaSubscriptionID, subID); err == nil {
-		if p, err := setMember(params, "_meta", m); err == nil {
+	if m, err := jsonx.SetMember(meta, metaSubscriptionID, subID); err == nil {
+		if p, err := jsonx.SetMember(params, "_meta", m); err == nil {
 			params = p
 		}
 	}
@@ -320,13 +322,13 @@ func (hb *listenHub) run(ctx context.Context, w *modernWire, req *fasthttp.Reque
 	if body == nil {
 		body = bytes.NewReader(x.Resp.Body())
 	}
-	r := newSSEReader(body, w.h.cfg.MaxResultSize)
+	r := sse.NewReader(body, w.h.cfg.MaxResultSize)
 	for {
-		ev, err := r.next()
-		if ev != nil && len(ev.data) > 0 {
-			if env, perr := parseEnvelope(ev.data); perr == nil && env.batch == nil && env.method != "" {
+		ev, err := r.Next()
+		if ev != nil && len(ev.Data) > 0 {
+			if env, perr := parseEnvelope(ev.Data); perr == nil && env.hasMethod() {
 				switch {
-				case env.id == nil:
+				case !env.isRequest():
 					hb.publish(env.method, env.params)
 				case env.method == methodPing:
 					w.postWith(hdr, appendResultResponse(nil, env.id, []byte("{}")))

@@ -14,6 +14,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/taskgate/taskgate/capability"
+	"github.com/taskgate/taskgate/proxy/jsonx"
+	"github.com/taskgate/taskgate/proxy/sse"
 	"github.com/taskgate/taskgate/proxy/wire2026"
 )
 
@@ -65,7 +67,7 @@ func (w *modernWire) upstreamEra() (era int, native bool, err error) {
 	era = era2025
 	if status == fasthttp.StatusOK {
 		if res, ok := resultOf(msg); ok {
-			if vals, err := members(res, "supportedVersions"); err == nil && bytes.Contains(vals[0], []byte(`"`+wire2026.ProtocolVersion+`"`)) {
+			if vals, err := jsonx.Members(res, "supportedVersions"); err == nil && bytes.Contains(vals[0], []byte(`"`+wire2026.ProtocolVersion+`"`)) {
 				era = era2026
 				_, native, _ = capability.RewriteDiscover(msg)
 			}
@@ -80,7 +82,7 @@ func (w *modernWire) upstreamEra() (era int, native bool, err error) {
 
 // resultOf returns the result object of a JSON-RPC response.
 func resultOf(msg []byte) ([]byte, bool) {
-	vals, err := members(msg, "result")
+	vals, err := jsonx.Members(msg, "result")
 	if err != nil || !isObject(vals[0]) {
 		return nil, false
 	}
@@ -126,23 +128,23 @@ func (w *modernWire) exchangeLogs(ctx context.Context, req *fasthttp.Request, an
 		x.SetReusable(err == nil)
 		return status, msg, sid, err
 	}
-	r := newSSEReader(body, h.cfg.MaxResultSize)
+	r := sse.NewReader(body, h.cfg.MaxResultSize)
 	for {
-		ev, err := r.next()
-		if ev != nil && len(ev.data) > 0 {
-			env, perr := parseEnvelope(ev.data)
+		ev, err := r.Next()
+		if ev != nil && len(ev.Data) > 0 {
+			env, perr := parseEnvelope(ev.Data)
 			switch {
-			case perr != nil || env.batch != nil:
-			case env.method == "" && (env.hasResult || env.hasError):
+			case perr != nil || env.kind == jsonx.KindBatch:
+			case env.isResponse():
 				x.DrainEnd(body)
-				return status, append([]byte(nil), ev.data...), sid, nil
-			case env.method == methodLogMessage && env.id == nil && logs != nil && len(m) > 0 && m[0] != nil && m[0].logLevel != "":
-				if lv, err := members(env.params, "level"); err == nil {
-					if l, ok := unquoteValue(lv[0]); ok && logLevelRank(l) >= logLevelRank(m[0].logLevel) {
-						*logs = append(*logs, append([]byte(nil), ev.data...))
+				return status, append([]byte(nil), ev.Data...), sid, nil
+			case env.method == methodLogMessage && !env.isRequest() && logs != nil && len(m) > 0 && m[0] != nil && m[0].logLevel != "":
+				if lv, err := jsonx.Members(env.params, "level"); err == nil {
+					if l, ok := jsonx.UnquoteValue(lv[0]); ok && logLevelRank(l) >= logLevelRank(m[0].logLevel) {
+						*logs = append(*logs, append([]byte(nil), ev.Data...))
 					}
 				}
-			case env.method != "" && env.id != nil && answerTo != nil:
+			case env.isRequest() && answerTo != nil:
 				var ans []byte
 				if cap := inputCapability(env.method); cap != "" && len(m) > 0 && m[0] != nil && !m[0].declares(cap) {
 					w.postWith(answerTo, appendErrorResponse(nil, env.id, codeMethodNotFound, "taskgate: the client did not declare "+cap))
@@ -234,14 +236,14 @@ func (w *modernWire) prepareCall(rc *fasthttp.RequestCtx, req *fasthttp.Request,
 
 // plainCall forwards a 2026 tools/call that does not become a task.
 func (w *modernWire) plainCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, m *modernMeta, era int) {
-	params, err := deleteMember(env.params, "task")
+	params, err := jsonx.DeleteMember(env.params, "task")
 	if err != nil {
 		w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: invalid tools/call params: "+err.Error(), nil)
 		return
 	}
 	if era == era2026 {
 		if len(params) != len(env.params) {
-			body, err := setMember(rc.PostBody(), "params", params)
+			body, err := jsonx.SetMember(rc.PostBody(), "params", params)
 			if err != nil {
 				w.fail(rc, info, env.id, 400, codeInvalidRequest, "taskgate: "+err.Error(), nil)
 				return
@@ -388,7 +390,7 @@ func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		h.httpRPCError(rc, fasthttp.StatusBadGateway, id, codeInternalError, fmt.Sprintf("taskgate: upstream answered HTTP %d", status))
 		return
 	}
-	if vals, err := members(msg, "error"); answered && err == nil {
+	if vals, err := jsonx.Members(msg, "error"); answered && err == nil {
 		if res, missing, ok := urlElicitationAnswer(vals[0], m); ok {
 			if missing != nil {
 				w.fail(rc, info, id, fasthttp.StatusBadRequest, wire2026.CodeMissingCapability,
@@ -421,11 +423,11 @@ func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		// before its response.
 		var b []byte
 		for _, l := range logs {
-			b = appendSSE(b, "", l)
+			b = sse.Append(b, "", l)
 		}
 		rc.Response.Header.SetContentType("text/event-stream")
 		rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
-		rc.SetBody(appendSSE(b, "", out))
+		rc.SetBody(sse.Append(b, "", out))
 		return
 	}
 	rc.Response.Header.SetContentType("application/json")
@@ -434,11 +436,11 @@ func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 
 // offersLogging reports whether an InitializeResult declares logging.
 func offersLogging(init []byte) bool {
-	vals, err := members(init, "capabilities")
+	vals, err := jsonx.Members(init, "capabilities")
 	if err != nil || !isObject(vals[0]) {
 		return false
 	}
-	lv, err := members(vals[0], "logging")
+	lv, err := jsonx.Members(vals[0], "logging")
 	return err == nil && isObject(lv[0])
 }
 
@@ -447,17 +449,17 @@ func isErrorResponse(msg []byte) bool {
 	if len(msg) == 0 {
 		return false
 	}
-	vals, err := members(msg, "error")
+	vals, err := jsonx.Members(msg, "error")
 	return err == nil && isObject(vals[0])
 }
 
 // errorCodeOf returns the code of a JSON-RPC error response (0 if none).
 func errorCodeOf(msg []byte) int {
-	vals, err := members(msg, "error")
+	vals, err := jsonx.Members(msg, "error")
 	if err != nil || !isObject(vals[0]) {
 		return 0
 	}
-	ev, err := members(vals[0], "code")
+	ev, err := jsonx.Members(vals[0], "code")
 	if err != nil {
 		return 0
 	}
@@ -646,11 +648,11 @@ func (b *bridgeSessions) open(s *bridgeSession, hdr *fasthttp.RequestHeader) err
 	if status != fasthttp.StatusOK || !ok {
 		return fmt.Errorf("opening an upstream session: upstream answered HTTP %d without an initialize result", status)
 	}
-	vals, err := members(res, "protocolVersion")
+	vals, err := jsonx.Members(res, "protocolVersion")
 	if err != nil {
 		return fmt.Errorf("opening an upstream session: %w", err)
 	}
-	s.version, _ = unquoteValue(vals[0])
+	s.version, _ = jsonx.UnquoteValue(vals[0])
 	if s.version == "" {
 		s.version = capability.ProtocolVersion
 	}
@@ -699,11 +701,11 @@ func (w *modernWire) reapLoop() {
 // input request instead) becomes -32603 with the upstream's message. Other
 // messages are returned as they are.
 func modernErrorCode(msg []byte) []byte {
-	vals, err := members(msg, "error")
+	vals, err := jsonx.Members(msg, "error")
 	if err != nil || !isObject(vals[0]) {
 		return msg
 	}
-	ev, err := members(vals[0], "code")
+	ev, err := jsonx.Members(vals[0], "code")
 	if err != nil {
 		return msg
 	}
@@ -716,11 +718,11 @@ func modernErrorCode(msg []byte) []byte {
 	default:
 		return msg
 	}
-	e, err := setMember(vals[0], "code", []byte(code))
+	e, err := jsonx.SetMember(vals[0], "code", []byte(code))
 	if err != nil {
 		return msg
 	}
-	if out, err := setMember(msg, "error", e); err == nil {
+	if out, err := jsonx.SetMember(msg, "error", e); err == nil {
 		return out
 	}
 	return msg

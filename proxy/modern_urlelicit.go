@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 
+	"github.com/taskgate/taskgate/proxy/jsonx"
 	"github.com/taskgate/taskgate/proxy/wire2026"
 )
 
@@ -83,7 +84,7 @@ func modernTaskError(errObj []byte) []byte {
 	if errorCodeOf([]byte(`{"error":`+string(errObj)+`}`)) != codeURLElicitationRequired {
 		return errObj
 	}
-	if out, err := setMember(errObj, "code", []byte(strconv.Itoa(codeInternalError))); err == nil {
+	if out, err := jsonx.SetMember(errObj, "code", []byte(strconv.Itoa(codeInternalError))); err == nil {
 		return out
 	}
 	return errObj

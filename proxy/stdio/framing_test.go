@@ -115,9 +115,9 @@ func TestParseMessage(t *testing.T) {
 		if err != nil {
 			continue
 		}
-		if m.method != tt.method || string(m.id) != tt.id || m.response != tt.response {
+		if m.method != tt.method || string(m.id) != tt.id || m.isResponse() != tt.response {
 			t.Errorf("parseMessage(%q) = method %q id %s response %v, want %q %s %v",
-				tt.in, m.method, m.id, m.response, tt.method, tt.id, tt.response)
+				tt.in, m.method, m.id, m.isResponse(), tt.method, tt.id, tt.response)
 		}
 	}
 }
