@@ -32,6 +32,16 @@ func TestModernRemovedMethods(t *testing.T) {
 		}
 		c.fails(m, params, "", nil, 404, -32601)
 	}
+	// An initialize without the 2026 _meta is of the 2025 era, whatever
+	// its header: the upstream answers it (this one refuses the header).
+	init := newRawClient(t, gw.URL)
+	body, _ := init.marshalRequest("initialize", map[string]any{"protocolVersion": "2025-11-25", "capabilities": map[string]any{},
+		"clientInfo": map[string]any{"name": "t", "version": "1"}})
+	req := init.request(t.Context(), http.MethodPost, body)
+	req.Header.Set("MCP-Protocol-Version", "2026-07-28")
+	if r := init.do(req); r.Msg == nil || r.Msg.Error != nil && strings.HasPrefix(r.Msg.Error.Message, "taskgate:") {
+		t.Errorf("a 2025 initialize with a 2026 header: HTTP %d %s, want the upstream's answer", r.Status, r.Body)
+	}
 	// A 2025 session keeps ping and logging/setLevel.
 	s := newRawClient(t, gw.URL)
 	s.initialize()

@@ -21,8 +21,9 @@ import (
 //
 //  1. a request with an Mcp-Session-Id, a JSON-RPC response or a batch is
 //     of the 2025 era and served exactly as before, and so is an initialize
-//     that names no 2026 protocol version (an initialize that does is a
-//     2026 request for a method that revision removed);
+//     whose params._meta names no protocol version, whatever its header (one
+//     that names 2026-07-28 is a 2026 request for a method that revision
+//     removed);
 //  2. a request whose params._meta names a protocol version, or whose
 //     MCP-Protocol-Version header is 2026-07-28 or later, is of the 2026
 //     era: the _meta version must equal the header (else HTTP 400 and
@@ -101,7 +102,10 @@ func (w *modernWire) serve(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope
 	}
 	hv := hdr.Peek(headerProtocolVersion)
 	headerModern := len(hv) == len(wire2026.ProtocolVersion) && string(hv) >= wire2026.ProtocolVersion
-	if !headerModern && (env.params == nil || !bytes.Contains(env.params, metaVersionKey)) {
+	metaModern := env.params != nil && bytes.Contains(env.params, metaVersionKey)
+	if !headerModern && !metaModern || env.method == methodInitialize && !metaModern {
+		// (An initialize is of the 2026 era only when its _meta says so,
+		// whatever its header.)
 		return false
 	}
 	m, err := parseModernMeta(env.params)
