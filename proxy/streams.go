@@ -19,7 +19,7 @@ import (
 	"github.com/taskgate/taskgate/taskstore"
 )
 
-// Task streams (issue 4). While a task's upstream call runs, the upstream
+// Task streams. While a task's upstream call runs, the upstream
 // keeps talking on the call's SSE stream: progress and logging
 // notifications, and requests to the client (elicitation, sampling, roots).
 // The runner stamps each with related-task _meta (T-42, T-63) and queues it
