@@ -17,11 +17,12 @@ type scenarioResult struct {
 	rest           string // what follows the counts (other statuses, failed check ids)
 }
 
-// runConformanceScript runs a conformance run.sh against url and returns
-// its per-scenario results and its output.
-func runConformanceScript(t *testing.T, script, url, label string) (map[string]scenarioResult, string) {
+// runConformanceScript runs a conformance run.sh against url (its default
+// scenarios, or those named) and returns its per-scenario results and its
+// output.
+func runConformanceScript(t *testing.T, script, url, label string, scenarios ...string) (map[string]scenarioResult, string) {
 	t.Helper()
-	cmd := exec.Command(script, url, label)
+	cmd := exec.Command(script, append([]string{url, label}, scenarios...)...)
 	cmd.Env = append(os.Environ(), "NO_COLOR=1")
 	out, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); err != nil && (!ok || ee.ExitCode() != 1) {

@@ -583,13 +583,12 @@ func TestModernPlainCallAsks(t *testing.T) {
 	if res.ResultType != "complete" || res.text() != "you said: 42" {
 		t.Errorf("round 2 = %+v, want the plain result", res)
 	}
-	// A client that cannot answer (no elicitation declared) gets the
-	// upstream's failure, not a question.
+	// A client that cannot answer (no elicitation declared) gets no
+	// question but -32021 naming elicitation (M-31).
 	bare := newModernClient(t, gw.URL, map[string]any{})
-	var failed toolResult
-	bare.ok("tools/call", map[string]any{"name": "ask", "arguments": map[string]any{"question": "?"}}, "ask", &failed)
-	if !failed.IsError {
-		t.Errorf("ask without elicitation = %+v, want an error result", failed)
+	e := bare.fails("tools/call", map[string]any{"name": "ask", "arguments": map[string]any{"question": "?"}}, "ask", nil, 400, -32021)
+	if string(e.Data) != `{"requiredCapabilities":{"elicitation":{}}}` {
+		t.Errorf("ask without elicitation: -32021 data %s, want requiredCapabilities naming elicitation", e.Data)
 	}
 }
 

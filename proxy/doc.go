@@ -501,6 +501,13 @@
 //   - M-11: an upstream JSON-RPC error makes the task failed with that error
 //     verbatim and no result; a transport failure fails it with a
 //     taskgate -32603.
+//   - M-12: a 2025 upstream's -32042 (URL elicitation required) never
+//     reaches a 2026 client: a plain call declaring elicitation gets an
+//     InputRequiredResult with each URL as a URL-mode elicitation/create
+//     (mode, message, url; no elicitationId) and its retry is a new
+//     upstream call; without elicitation it is 400/-32021 naming it; a task
+//     whose call failed with it reads as failed with -32603, message and
+//     data kept.
 //   - M-13: an upstream elicitation/create makes the task input_required
 //     with one stable key in inputRequests; tasks/update with the answer
 //     sends it upstream under the upstream's request id, and the task is
@@ -527,4 +534,24 @@
 //     gets the task; a tampered, expired or foreign state is refused.
 //   - M-29: the errors -32020, -32021 and -32022 always carry the data their
 //     schema requires.
+//   - M-30: in front of a 2025 upstream, the methods 2026-07-28 removed
+//     (initialize, ping, logging/setLevel, resources/subscribe and
+//     unsubscribe) and methods neither revision defines are HTTP 404 with
+//     -32601 on the 2026 wire, and the upstream's -32601 is HTTP 404 too.
+//   - M-31: a plain call (no task) whose 2025 upstream asks for input of a
+//     type the request did not declare (elicitation, sampling, roots) is
+//     400/-32021 with data.requiredCapabilities naming that capability, and
+//     the upstream is told to stop the call.
+//   - M-26: subscriptions/listen whose filter names taskIds, from a request
+//     that did not declare the extension, is 400/-32021.
+//   - M-32: a request that sets _meta logLevel gets the log messages of its
+//     upstream call at that level and above on its own response stream,
+//     before the response; one without logLevel gets none. In front of a
+//     2025 upstream taskgate sets its session to the lowest level and
+//     filters per request.
+//   - M-33: in front of a 2025 upstream taskgate serves subscriptions/listen:
+//     the first message acknowledges the list changes the upstream offers
+//     (listChanged) among those asked for, every notification on the
+//     stream carries the listen request's id as its subscriptionId, and
+//     only the kinds asked for are sent.
 package proxy

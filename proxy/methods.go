@@ -43,6 +43,12 @@ const (
 	// Methods of the 2026 wire that the 2025 wire does not have.
 	methodDiscover    = "server/discover"
 	methodTasksUpdate = "tasks/update"
+	// methodSubscriptionsListen opens a stream of the notifications a
+	// client asks for (list changes, resource updates, task status).
+	methodSubscriptionsListen = "subscriptions/listen"
+
+	// methodLogMessage is a log message from the server.
+	methodLogMessage = "notifications/message"
 
 	notificationCancelled = "notifications/cancelled"
 )
@@ -97,13 +103,18 @@ const (
 	serveCancelled                 // reservedID, else passed through
 	serveDiscover                  // modernWire.discover
 	serveNotIn2026                 // 404: a 2025 method the 2026 wire does not have
+	serveLegacyOnly                // 404 in front of a 2025 upstream, which has the method (M-30); else forwarded
+	serveListen                    // modernWire.listen
 )
 
 // methods is the method table.
 var methods = [...]methodSpec{
 	// Served by taskgate.
+	// A 2025 initialize names no 2026 protocol version and is never a
+	// 2026-era message; one that does is a 2026 request for a method that
+	// revision removed.
 	{name: methodInitialize, metric: methodInitialize,
-		serve: serveInitialize, always: true, not2026: true},
+		serve: serveInitialize, always: true, serve26: serveLegacyOnly},
 	{name: methodToolsList, metric: methodToolsList,
 		serve: serveToolsList},
 	{name: methodToolsCall, metric: methodToolsCall,
@@ -120,13 +131,15 @@ var methods = [...]methodSpec{
 		batchOK: true, serve26: serveTasks},
 	{name: methodDiscover, metric: methodDiscover,
 		batchOK: true, serve26: serveDiscover},
+	{name: methodSubscriptionsListen, metric: methodSubscriptionsListen,
+		batchOK: true, serve26: serveListen},
 	// A notifications/cancelled naming an id of taskgate's own upstream
 	// requests is swallowed (reservedID); any other passes through.
 	{name: notificationCancelled, metric: notificationCancelled,
 		serve: serveCancelled, batchOK: true},
 
 	// Passed through; known by name only for their metric label.
-	{name: methodPing, metric: methodPing, batchOK: true},
+	{name: methodPing, metric: methodPing, batchOK: true, serve26: serveLegacyOnly},
 	{name: "notifications/initialized", metric: "notifications/initialized", batchOK: true},
 	{name: "notifications/progress", metric: "notifications/progress", batchOK: true},
 	{name: "notifications/roots/list_changed", metric: "notifications/roots/list_changed", batchOK: true},
@@ -136,7 +149,9 @@ var methods = [...]methodSpec{
 	{name: "prompts/list", metric: "prompts/list", batchOK: true},
 	{name: "prompts/get", metric: "prompts/get", batchOK: true},
 	{name: "completion/complete", metric: "completion/complete", batchOK: true},
-	{name: "logging/setLevel", metric: "logging/setLevel", batchOK: true},
+	{name: "logging/setLevel", metric: "logging/setLevel", batchOK: true, serve26: serveLegacyOnly},
+	{name: "resources/subscribe", metric: "resources/subscribe", batchOK: true, serve26: serveLegacyOnly},
+	{name: "resources/unsubscribe", metric: "resources/unsubscribe", batchOK: true, serve26: serveLegacyOnly},
 }
 
 // methodBuckets indexes the table by a hash of a name's length and two of
@@ -257,7 +272,16 @@ func (w *modernWire) serveMethod(s *methodSpec, rc *fasthttp.RequestCtx, info *r
 			"taskgate: "+env.method+" does not exist at protocol version "+wire2026.ProtocolVersion+"; tasks/get carries the result", nil)
 	case serveDiscover:
 		w.discover(rc, info, env, era)
+	case serveListen:
+		w.listen(rc, info, env, m, era)
+	case serveLegacyOnly:
+		if era == era2025 {
+			w.fail(rc, info, env.id, 404, codeMethodNotFound,
+				"taskgate: "+env.method+" does not exist at protocol version "+wire2026.ProtocolVersion, nil)
+			return
+		}
+		w.forward(rc, info, env, m, era)
 	default:
-		w.forward(rc, info, env, era)
+		w.forward(rc, info, env, m, era)
 	}
 }

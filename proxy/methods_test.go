@@ -12,7 +12,7 @@ func TestMetricMethodLabels(t *testing.T) {
 		"notifications/initialized", notificationCancelled, "resources/list", "resources/read",
 		"resources/templates/list", "prompts/list", "prompts/get", "completion/complete",
 		"logging/setLevel", "notifications/progress", "notifications/roots/list_changed",
-		methodDiscover, methodTasksUpdate}
+		methodDiscover, methodTasksUpdate, methodSubscriptionsListen, "resources/subscribe", "resources/unsubscribe"}
 	for _, m := range known {
 		if got := metricMethod(m); got != m {
 			t.Errorf("metricMethod(%q) = %q, want itself", m, got)

@@ -19,8 +19,11 @@ import (
 // client's capabilities in params._meta. taskgate tells the eras apart per
 // request, in this order:
 //
-//  1. initialize, a request with an Mcp-Session-Id, a JSON-RPC response or
-//     a batch is of the 2025 era and served exactly as before;
+//  1. a request with an Mcp-Session-Id, a JSON-RPC response or a batch is
+//     of the 2025 era and served exactly as before, and so is an initialize
+//     whose params._meta names no protocol version, whatever its header (one
+//     that names 2026-07-28 is a 2026 request for a method that revision
+//     removed);
 //  2. a request whose params._meta names a protocol version, or whose
 //     MCP-Protocol-Version header is 2026-07-28 or later, is of the 2026
 //     era: the _meta version must equal the header (else HTTP 400 and
@@ -77,6 +80,9 @@ func newModernWire(h *Handler) *modernWire {
 type modernMeta struct {
 	version string
 	hasCaps bool
+	// logLevel is the lowest level of log messages the request wants
+	// ("" = none).
+	logLevel string
 	// The client capabilities this request declares.
 	tasks, elicitation, sampling, roots bool
 }
@@ -96,7 +102,10 @@ func (w *modernWire) serve(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope
 	}
 	hv := hdr.Peek(headerProtocolVersion)
 	headerModern := len(hv) == len(wire2026.ProtocolVersion) && string(hv) >= wire2026.ProtocolVersion
-	if !headerModern && (env.params == nil || !bytes.Contains(env.params, metaVersionKey)) {
+	metaModern := env.params != nil && bytes.Contains(env.params, metaVersionKey)
+	if !headerModern && !metaModern || env.method == methodInitialize && !metaModern {
+		// (An initialize is of the 2026 era only when its _meta says so,
+		// whatever its header.)
 		return false
 	}
 	m, err := parseModernMeta(env.params)
@@ -149,6 +158,42 @@ func (w *modernWire) serve(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope
 	return true
 }
 
+// logLevelRank orders the MCP log levels from debug (1) to emergency (8);
+// 0 for anything else.
+func logLevelRank(level string) int {
+	switch level {
+	case "debug":
+		return 1
+	case "info":
+		return 2
+	case "notice":
+		return 3
+	case "warning":
+		return 4
+	case "error":
+		return 5
+	case "critical":
+		return 6
+	case "alert":
+		return 7
+	case "emergency":
+		return 8
+	}
+	return 0
+}
+
+// modernMethod reports whether method is a request a client may send at
+// 2026-07-28 (with the tasks extension).
+func modernMethod(method string) bool {
+	switch method {
+	case methodDiscover, methodToolsList, methodToolsCall, "prompts/list", "prompts/get", "resources/list",
+		"resources/templates/list", "resources/read", "completion/complete", methodSubscriptionsListen,
+		methodTasksGet, methodTasksUpdate, methodTasksCancel:
+		return true
+	}
+	return false
+}
+
 // isLegacyVersion reports whether v is a published version older than
 // 2026-07-28.
 func isLegacyVersion(v string) bool {
@@ -179,9 +224,12 @@ func parseModernMeta(params []byte) (modernMeta, error) {
 	if err != nil || vals[0] == nil || string(vals[0]) == "null" {
 		return m, err
 	}
-	mv, err := jsonx.Members(vals[0], wire2026.MetaProtocolVersion, wire2026.MetaClientCapabilities)
+	mv, err := jsonx.Members(vals[0], wire2026.MetaProtocolVersion, wire2026.MetaClientCapabilities, wire2026.MetaLogLevel)
 	if err != nil {
 		return m, err
+	}
+	if l, ok := jsonx.UnquoteValue(mv[2]); ok && logLevelRank(l) > 0 {
+		m.logLevel = l
 	}
 	if mv[0] != nil {
 		v, ok := jsonx.UnquoteValue(mv[0])
@@ -295,7 +343,7 @@ func (w *modernWire) toolsCall(rc *fasthttp.RequestCtx, info *reqInfo, env *enve
 			// runs as a task the client never sees (createTask, plain).
 			w.createTask(rc, info, env, name, st, m, era, true)
 		default:
-			w.plainCall(rc, info, env, era)
+			w.plainCall(rc, info, env, m, era)
 		}
 		return
 	}

@@ -93,7 +93,7 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 	}
 	select {
 	case <-j.Settled():
-		w.plainOutcome(rc, info, env.id, j)
+		w.plainOutcome(rc, info, env.id, j, m)
 	case <-mj.asked:
 		info.outcome = "input_required"
 		w.inputRequired(rc, env.id, owner, j, plain)
@@ -111,14 +111,14 @@ func (w *modernWire) created(rc *fasthttp.RequestCtx, id []byte, t *taskstore.Ta
 
 // plainOutcome answers a call that ended within the promote window with
 // its outcome, as a plain call would have been answered.
-func (w *modernWire) plainOutcome(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, j *job) {
+func (w *modernWire) plainOutcome(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, j *job, m *modernMeta) {
 	t, out := j.Final()
-	w.plainAnswer(rc, info, id, j.Task, t, out)
+	w.plainAnswer(rc, info, id, j.Task, t, out, m)
 }
 
 // plainAnswer is plainOutcome for task (its final state ft and outcome
 // out, when known; else read from the store).
-func (w *modernWire) plainAnswer(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, task, ft *taskstore.Task, out *taskstore.Outcome) {
+func (w *modernWire) plainAnswer(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, task, ft *taskstore.Task, out *taskstore.Outcome, m *modernMeta) {
 	t := ft
 	if t == nil {
 		var err error
@@ -138,6 +138,16 @@ func (w *modernWire) plainAnswer(rc *fasthttp.RequestCtx, info *reqInfo, id []by
 		rc.Response.Header.SetContentType("application/json")
 		rc.SetBody(msg)
 	case out != nil && out.Kind == taskstore.OutcomeError:
+		if res, missing, ok := urlElicitationAnswer(out.Raw, m); ok {
+			if missing != nil {
+				w.fail(rc, info, id, fasthttp.StatusBadRequest, wire2026.CodeMissingCapability,
+					"taskgate: the upstream needs a URL elicitation, which the request did not declare", missing)
+				return
+			}
+			info.outcome = "input_required"
+			w.h.rpcResult(rc, id, res)
+			return
+		}
 		rc.SetStatusCode(fasthttp.StatusOK)
 		rc.Response.Header.SetContentType("application/json")
 		rc.SetBody(appendRawErrorResponse(nil, id, out.Raw))
@@ -253,6 +263,8 @@ func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 		w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: a retry with requestState needs an inputResponses object", nil)
 		return
 	}
+	meta, _ := parseModernMeta(env.params)
+	m := &meta
 	var next <-chan struct{}
 	j := h.localJob(owner, taskID)
 	if plain && j != nil && j.modern != nil {
@@ -279,7 +291,7 @@ func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 			state := w.signState(owner, taskID, tool, true, time.Now().Add(holdFor))
 			h.rpcResult(rc, env.id, wire2026.AppendInputRequired(nil, appendInputRequests(nil, reqs), state))
 		default:
-			w.plainAnswer(rc, info, env.id, t, t, out)
+			w.plainAnswer(rc, info, env.id, t, t, out, m)
 		}
 		return
 	}
@@ -290,7 +302,7 @@ func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 	}
 	select {
 	case <-j.Settled():
-		w.plainOutcome(rc, info, env.id, j)
+		w.plainOutcome(rc, info, env.id, j, m)
 	case <-next:
 		info.outcome = "input_required"
 		w.inputRequired(rc, env.id, owner, j, true)
@@ -393,7 +405,7 @@ func (w *modernWire) appendGet(dst []byte, t *taskstore.Task, out *taskstore.Out
 			d.Result = out.Raw
 		}
 	case t.Status == taskstore.Failed && out != nil && out.Kind == taskstore.OutcomeError:
-		d.Error = out.Raw
+		d.Error = modernTaskError(out.Raw)
 	case t.Status == taskstore.Failed:
 		msg := t.StatusMessage
 		if msg == "" {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,8 +99,18 @@ func (w *modernWire) newUpstreamRequest(req *fasthttp.Request, hdr *fasthttp.Req
 // exchange sends req on a background connection and returns the HTTP
 // status, the JSON-RPC response in the answer (JSON or SSE) and the
 // response's Mcp-Session-Id. Requests the upstream sends meanwhile are
-// answered by onRequest (nil: an error answer through answerTo, or none).
-func (w *modernWire) exchange(ctx context.Context, req *fasthttp.Request, answerTo *fasthttp.RequestHeader) (status int, msg []byte, sid string, err error) {
+// answered through answerTo (nil: not answered): ping with an empty
+// result, others with an error. When m is given (a request of a 2026
+// client) and the upstream asks for input of a type m does not declare,
+// exchange stops reading and returns a *missingCapability naming it; log
+// messages at m's logLevel or above go to logs (M-32).
+func (w *modernWire) exchange(ctx context.Context, req *fasthttp.Request, answerTo *fasthttp.RequestHeader, m ...*modernMeta) (status int, msg []byte, sid string, err error) {
+	return w.exchangeLogs(ctx, req, answerTo, nil, m...)
+}
+
+// exchangeLogs is exchange, appending the log notifications the request
+// wants to *logs.
+func (w *modernWire) exchangeLogs(ctx context.Context, req *fasthttp.Request, answerTo *fasthttp.RequestHeader, logs *[][]byte, m ...*modernMeta) (status int, msg []byte, sid string, err error) {
 	h := w.h
 	x, err := h.up.RoundTrip(ctx, req)
 	if err != nil {
@@ -127,8 +138,18 @@ func (w *modernWire) exchange(ctx context.Context, req *fasthttp.Request, answer
 			case env.isResponse():
 				x.DrainEnd(body)
 				return status, append([]byte(nil), ev.Data...), sid, nil
+			case env.method == methodLogMessage && !env.isRequest() && logs != nil && len(m) > 0 && m[0] != nil && m[0].logLevel != "":
+				if lv, err := jsonx.Members(env.params, "level"); err == nil {
+					if l, ok := jsonx.UnquoteValue(lv[0]); ok && logLevelRank(l) >= logLevelRank(m[0].logLevel) {
+						*logs = append(*logs, append([]byte(nil), ev.Data...))
+					}
+				}
 			case env.isRequest() && answerTo != nil:
 				var ans []byte
+				if cap := inputCapability(env.method); cap != "" && len(m) > 0 && m[0] != nil && !m[0].declares(cap) {
+					w.postWith(answerTo, appendErrorResponse(nil, env.id, codeMethodNotFound, "taskgate: the client did not declare "+cap))
+					return status, nil, sid, &missingCapability{capability: cap}
+				}
 				if env.method == methodPing {
 					ans = appendResultResponse(nil, env.id, []byte("{}"))
 				} else {
@@ -145,6 +166,50 @@ func (w *modernWire) exchange(ctx context.Context, req *fasthttp.Request, answer
 			return status, nil, sid, err
 		}
 	}
+}
+
+// missingCapability is what a plain call's upstream asked for that the
+// request did not declare.
+type missingCapability struct{ capability string }
+
+func (e *missingCapability) Error() string {
+	return "the upstream asked for the client capability " + e.capability + ", which the request did not declare"
+}
+
+// inputCapability names the client capability an upstream request needs
+// ("" for a request that needs none the 2026 wire carries as input).
+func inputCapability(method string) string {
+	switch method {
+	case "elicitation/create":
+		return "elicitation"
+	case "sampling/createMessage":
+		return "sampling"
+	case "roots/list":
+		return "roots"
+	}
+	return ""
+}
+
+// declares reports whether m declares the client capability named cap.
+func (m *modernMeta) declares(cap string) bool {
+	switch cap {
+	case "elicitation":
+		return m.elicitation
+	case "sampling":
+		return m.sampling
+	case "roots":
+		return m.roots
+	}
+	return false
+}
+
+// appendCancelled appends a notifications/cancelled for the request id.
+func appendCancelled(dst, id []byte, reason string) []byte {
+	dst = append(dst, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`...)
+	dst = append(dst, id...)
+	dst = append(dst, `,"reason":`...)
+	dst = appendJSONString(dst, reason)
+	return append(dst, "}}"...)
 }
 
 // postWith posts body upstream with the headers hdr and discards the answer.
@@ -170,7 +235,7 @@ func (w *modernWire) prepareCall(rc *fasthttp.RequestCtx, req *fasthttp.Request,
 }
 
 // plainCall forwards a 2026 tools/call that does not become a task.
-func (w *modernWire) plainCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, era int) {
+func (w *modernWire) plainCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, m *modernMeta, era int) {
 	params, err := jsonx.DeleteMember(env.params, "task")
 	if err != nil {
 		w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: invalid tools/call params: "+err.Error(), nil)
@@ -188,11 +253,11 @@ func (w *modernWire) plainCall(rc *fasthttp.RequestCtx, info *reqInfo, env *enve
 		w.h.pass(rc, info, env.id)
 		return
 	}
-	w.bridge(rc, info, env, params)
+	w.bridge(rc, info, env, m, params)
 }
 
 // forward serves a 2026 request that taskgate does not answer itself.
-func (w *modernWire) forward(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, era int) {
+func (w *modernWire) forward(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, m *modernMeta, era int) {
 	if era == era2026 {
 		w.h.pass(rc, info, env.id)
 		return
@@ -202,7 +267,7 @@ func (w *modernWire) forward(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 		rc.SetStatusCode(fasthttp.StatusAccepted)
 		return
 	}
-	w.bridge(rc, info, env, env.params)
+	w.bridge(rc, info, env, m, env.params)
 }
 
 // discover answers server/discover: a 2026 upstream's own answer with the
@@ -245,7 +310,7 @@ func (w *modernWire) discover(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 
 // bridge sends a 2026 request to a 2025 upstream in the owner's upstream
 // session and answers with the upstream's response in 2026 form.
-func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, params []byte) {
+func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, m *modernMeta, params []byte) {
 	h := w.h
 	id := append([]byte(nil), env.id...)
 	owner, _ := h.owner(&rc.Request.Header)
@@ -271,6 +336,7 @@ func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 	start := time.Now()
 	var status int
 	var msg []byte
+	var logs [][]byte
 	for attempt := 0; attempt < 2; attempt++ {
 		var s *bridgeSession
 		if s, err = w.sessions.get(owner, &rc.Request.Header); err != nil {
@@ -280,10 +346,18 @@ func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		w.newUpstreamRequest(req, &rc.Request.Header)
 		s.apply(&req.Header)
 		req.SetBody(body)
-		status, msg, _, err = w.exchange(ctx, req, &req.Header)
+		logs = logs[:0]
+		status, msg, _, err = w.exchangeLogs(ctx, req, &req.Header, &logs, m)
+		var mc *missingCapability
+		if errors.As(err, &mc) {
+			// The call cannot go on without what the client did not
+			// declare: the upstream drops it, the client learns what
+			// to declare (M-31).
+			w.postWith(&req.Header, appendCancelled(nil, id, "the client did not declare "+mc.capability))
+		}
 		fasthttp.ReleaseRequest(req)
 		s.done()
-		if err == nil && status == fasthttp.StatusNotFound {
+		if err == nil && status == fasthttp.StatusNotFound && !isErrorResponse(msg) {
 			// The upstream ended the session (it did not run the
 			// request): open a new one and send it again.
 			w.sessions.drop(owner, s)
@@ -292,26 +366,108 @@ func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		break
 	}
 	h.m.upstreamLatency.WithLabelValues(metricMethod(info.method)).Observe(time.Since(start).Seconds())
+	if mc := (*missingCapability)(nil); errors.As(err, &mc) {
+		info.outcome = "missing_capability"
+		w.fail(rc, info, id, fasthttp.StatusBadRequest, wire2026.CodeMissingCapability, "taskgate: "+mc.Error(),
+			[]byte(`{"requiredCapabilities":{"`+mc.capability+`":{}}}`))
+		return
+	}
 	if err != nil {
 		h.upstreamFailed(rc, info, id, err)
 		return
 	}
-	if status < 200 || status > 299 || len(msg) == 0 {
+	// An upstream's JSON-RPC error answer is relayed whatever its HTTP
+	// status; an unknown method is HTTP 404 on the 2026 wire (M-30).
+	answered := isErrorResponse(msg)
+	if (status < 200 || status > 299 || len(msg) == 0) && !answered {
+		if status >= 400 && status <= 499 && !modernMethod(env.method) {
+			// A method neither revision defines, refused by the
+			// upstream without a JSON-RPC answer (a 2025 server may
+			// answer HTTP 400 and plain text).
+			w.fail(rc, info, id, fasthttp.StatusNotFound, codeMethodNotFound, "taskgate: method "+jsonQuote(env.method)+" not found", nil)
+			return
+		}
 		h.httpRPCError(rc, fasthttp.StatusBadGateway, id, codeInternalError, fmt.Sprintf("taskgate: upstream answered HTTP %d", status))
 		return
+	}
+	if vals, err := jsonx.Members(msg, "error"); answered && err == nil {
+		if res, missing, ok := urlElicitationAnswer(vals[0], m); ok {
+			if missing != nil {
+				w.fail(rc, info, id, fasthttp.StatusBadRequest, wire2026.CodeMissingCapability,
+					"taskgate: the upstream needs a URL elicitation, which the request did not declare", missing)
+				return
+			}
+			info.outcome = "input_required"
+			h.rpcResult(rc, id, res)
+			return
+		}
 	}
 	out, err := capability.ModernResult(modernErrorCode(msg), env.method == methodToolsList)
 	if err != nil {
 		out = msg
+	}
+	switch {
+	case answered && errorCodeOf(msg) == codeMethodNotFound:
+		status = fasthttp.StatusNotFound
+	case status >= 200 && status <= 299:
+		status = fasthttp.StatusOK
 	}
 	if cacheableMethod(env.method) {
 		if hinted, err := capability.AddCacheHints(out); err == nil {
 			out = hinted
 		}
 	}
-	rc.SetStatusCode(fasthttp.StatusOK)
+	rc.SetStatusCode(status)
+	if len(logs) > 0 {
+		// The log messages the request asked for come on its stream,
+		// before its response.
+		var b []byte
+		for _, l := range logs {
+			b = sse.Append(b, "", l)
+		}
+		rc.Response.Header.SetContentType("text/event-stream")
+		rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+		rc.SetBody(sse.Append(b, "", out))
+		return
+	}
 	rc.Response.Header.SetContentType("application/json")
 	rc.SetBody(out)
+}
+
+// offersLogging reports whether an InitializeResult declares logging.
+func offersLogging(init []byte) bool {
+	vals, err := jsonx.Members(init, "capabilities")
+	if err != nil || !isObject(vals[0]) {
+		return false
+	}
+	lv, err := jsonx.Members(vals[0], "logging")
+	return err == nil && isObject(lv[0])
+}
+
+// isErrorResponse reports whether msg is a JSON-RPC error response.
+func isErrorResponse(msg []byte) bool {
+	if len(msg) == 0 {
+		return false
+	}
+	vals, err := jsonx.Members(msg, "error")
+	return err == nil && isObject(vals[0])
+}
+
+// errorCodeOf returns the code of a JSON-RPC error response (0 if none).
+func errorCodeOf(msg []byte) int {
+	vals, err := jsonx.Members(msg, "error")
+	if err != nil || !isObject(vals[0]) {
+		return 0
+	}
+	ev, err := jsonx.Members(vals[0], "code")
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.Atoi(string(ev[0]))
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // cacheableMethod reports whether results of method carry cache hints
@@ -342,7 +498,8 @@ type bridgeSession struct {
 	err     error
 	sid     string
 	version string
-	init    []byte // the upstream's InitializeResult
+	init    []byte    // the upstream's InitializeResult
+	hub     listenHub // the session's GET stream, for listen streams
 	users   atomic.Int32
 	last    atomic.Int64 // unix ns of the last release
 }
@@ -504,12 +661,18 @@ func (b *bridgeSessions) open(s *bridgeSession, hdr *fasthttp.RequestHeader) err
 	req.Header.Set(headerSessionID, sid)
 	req.Header.Set(headerProtocolVersion, s.version)
 	w.postWith(&req.Header, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
+	if offersLogging(res) {
+		// Every level reaches taskgate; each request's logLevel decides
+		// what its client gets (M-32).
+		w.postWith(&req.Header, []byte(`{"jsonrpc":"2.0","id":"taskgate-bridge-loglevel","method":"logging/setLevel","params":{"level":"debug"}}`))
+	}
 	w.h.log.Info().Str(logOwner, s.owner).Str("upstream_version", s.version).Msg("upstream session opened for 2026-07-28 clients")
 	return nil
 }
 
 // close ends s at the upstream (DELETE).
 func (b *bridgeSessions) close(s *bridgeSession) {
+	s.hub.close()
 	if s.sid == "" {
 		return
 	}

@@ -14,7 +14,7 @@
 // Usage:
 //
 //	legacy-mcp [--listen 127.0.0.1:3000] [--path /mcp] [--stateless] [--json]
-//	           [--max-protocol-version 2025-11-25] [--log-level info] [--fixtures] [--everything]
+//	           [--max-protocol-version 2025-11-25] [--log-level info] [--fixtures] [--everything] [--diagnostics]
 //	legacy-mcp --stdio [--max-protocol-version 2025-11-25] [--log-level info]
 //
 // --fixtures adds the tools the official conformance suite's tasks scenarios
@@ -24,7 +24,10 @@
 // 2026-07-28 era (the SDK serves that era only on stateless servers).
 // --everything adds what the conformance suite's 2025-era server scenarios
 // call (test_* tools, resources, prompts, completions, subscriptions; see
-// everything.go).
+// everything.go). --diagnostics adds what the suite's 2026-07-28
+// server-stateless scenario calls (test_missing_capability,
+// test_streaming_elicitation, test_logging_tool, test_trigger_tool_change;
+// see diagnostics.go).
 //
 // It prints "listening on http://ADDR/PATH" to stderr once it accepts
 // connections, and shuts down gracefully on SIGINT or SIGTERM. With
@@ -68,6 +71,7 @@ type config struct {
 	shutdownTimeout    time.Duration // how long running requests may take to finish at shutdown
 	fixtures           bool          // add the conformance fixture tools
 	everything         bool          // add what the 2025-era conformance server scenarios call
+	diagnostics        bool          // add what the 2026-era server-stateless scenario calls
 }
 
 // usageNote heads --help: what the program is, and that it is a
@@ -124,6 +128,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.TextVar(&cfg.logLevel, "log-level", slog.LevelInfo, "log level: debug, info, warn, error")
 	fs.BoolVar(&cfg.anyHost, "any-host", false, "accept requests with any Host header on a loopback address (disables the SDK's DNS rebinding protection)")
 	fs.BoolVar(&cfg.fixtures, "fixtures", false, "add the tools the official conformance suite's tasks scenarios call (greet, slow_compute, failing_job, protocol_error_job, confirm_delete, multi_input, test_tool_with_task)")
+	fs.BoolVar(&cfg.diagnostics, "diagnostics", false, "add the tools the official conformance suite's 2026-07-28 server-stateless scenario calls (test_missing_capability, test_streaming_elicitation, test_logging_tool, test_trigger_tool_change)")
 	fs.BoolVar(&cfg.everything, "everything", false, "add the tools (test_*), resources, prompts, completions and subscriptions the official conformance suite's 2025-era server scenarios call")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 5*time.Second, "at shutdown, how long running requests may take before they are cut")
 	if err := fs.Parse(args); err != nil {

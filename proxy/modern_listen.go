@@ -1,0 +1,356 @@
+package proxy
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/taskgate/taskgate/proxy/jsonx"
+	"github.com/taskgate/taskgate/proxy/sse"
+	"github.com/taskgate/taskgate/proxy/sysconn"
+	"github.com/taskgate/taskgate/proxy/wire2026"
+)
+
+// subscriptions/listen on the 2026 wire. A client opens a stream naming
+// the notifications it wants (list changes of tools, prompts, resources;
+// resource updates; task status with the tasks extension); the server's
+// first message on it acknowledges the subset it will send, and every
+// notification on it carries the listen request's id as
+// _meta["io.modelcontextprotocol/subscriptionId"].
+//
+// A 2026 upstream serves it itself. In front of a 2025 upstream taskgate
+// serves it (M-33): the owner's upstream session gets one GET stream,
+// whose list-change notifications go to each of that owner's listen
+// streams that asked for them. Resource updates and task status are not
+// acknowledged (nothing is sent for them).
+
+// metaSubscriptionID tags the notifications of a listen stream.
+const metaSubscriptionID = "io.modelcontextprotocol/subscriptionId"
+
+// listenNotifications maps the members of a listen request's notifications
+// filter that taskgate serves to the notification each one asks for, and
+// to the upstream capability whose listChanged offers it.
+var listenNotifications = []struct{ member, method, capability string }{
+	{"toolsListChanged", "notifications/tools/list_changed", "tools"},
+	{"promptsListChanged", "notifications/prompts/list_changed", "prompts"},
+	{"resourcesListChanged", "notifications/resources/list_changed", "resources"},
+}
+
+// listen serves subscriptions/listen. A filter naming taskIds needs the
+// tasks extension declared (M-26).
+func (w *modernWire) listen(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, m *modernMeta, era int) {
+	if !env.isRequest() || env.params == nil {
+		w.fail(rc, info, env.id, 400, codeInvalidRequest, "taskgate: subscriptions/listen must be a request with params", nil)
+		return
+	}
+	vals, err := jsonx.Members(env.params, "notifications")
+	var filter [][]byte
+	if err == nil && isObject(vals[0]) {
+		filter, err = jsonx.Members(vals[0], "toolsListChanged", "promptsListChanged", "resourcesListChanged", "taskIds")
+	}
+	if err != nil || filter == nil {
+		w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: subscriptions/listen needs a notifications object", nil)
+		return
+	}
+	if t := filter[3]; t != nil && string(t) != "null" && !m.tasks {
+		info.outcome = "task_required"
+		w.fail(rc, info, env.id, 400, wire2026.CodeMissingCapability, "taskgate: subscribing to task status needs the extension "+
+			wire2026.ExtensionTasks+" in the request's client capabilities", []byte(wire2026.RequiredTasksData))
+		return
+	}
+	if era == era2026 {
+		w.h.pass(rc, info, env.id)
+		return
+	}
+	h := w.h
+	id := append([]byte(nil), env.id...)
+	owner, _ := h.owner(&rc.Request.Header)
+	s, err := w.sessions.get(owner, &rc.Request.Header)
+	if err != nil {
+		h.upstreamFailed(rc, info, id, err)
+		return
+	}
+	l := &listener{id: id, want: map[string]bool{}, ch: make(chan []byte, 64)}
+	ack := []byte(`{}`)
+	offered := listChangedOffers(s.init)
+	for i, n := range listenNotifications {
+		if string(filter[i]) == "true" && offered[n.capability] {
+			l.want[n.method] = true
+			ack, _ = jsonx.SetMember(ack, n.member, []byte("true"))
+		}
+	}
+	if len(l.want) > 0 {
+		req := fasthttp.AcquireRequest()
+		w.newUpstreamRequest(req, &rc.Request.Header)
+		if err := s.hub.start(w, s, req); err != nil {
+			h.log.Warn().Err(err).Msg("subscriptions/listen: the upstream session's notification stream did not open")
+			l.want, ack = map[string]bool{}, []byte(`{}`)
+		}
+	}
+	s.hub.add(l)
+	first := appendNotification(nil, "notifications/subscriptions/acknowledged", []byte(`{"notifications":`+string(ack)+`}`), id)
+
+	rc.SetStatusCode(fasthttp.StatusOK)
+	rc.Response.Header.SetContentType("text/event-stream")
+	rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+	rc.Response.ImmediateHeaderFlush = true
+	// The writer runs after the handler returned: it uses copies only (id
+	// in l, first) and conn, to see the client leave.
+	conn := rc.Conn()
+	se := h.beginStream(info)
+	h.eng.Enter()
+	rc.SetBodyStreamWriter(func(bw *bufio.Writer) {
+		defer h.eng.Leave()
+		defer s.done()
+		defer s.hub.remove(l)
+		outcome := ""
+		defer func() { se.end(outcome) }()
+		ctx, cancel := context.WithCancel(h.root)
+		defer cancel()
+		defer sysconn.WatchClose(conn, cancel)()
+		if _, err := bw.Write(sse.Append(nil, "", first)); err != nil || bw.Flush() != nil {
+			outcome = outcomeClientGone
+			return
+		}
+		every := h.cfg.KeepAlive
+		if every <= 0 {
+			every = 15 * time.Second
+		}
+		keep := time.NewTicker(every)
+		defer keep.Stop()
+		for {
+			var out []byte
+			select {
+			case <-ctx.Done():
+				outcome = outcomeClientGone
+				if h.root.Err() != nil {
+					outcome = "shutdown"
+				}
+				return
+			case <-keep.C:
+				out = []byte(": keep-alive\n\n")
+			case msg := <-l.ch:
+				out = sse.Append(nil, "", msg)
+			}
+			if _, err := bw.Write(out); err != nil || bw.Flush() != nil {
+				outcome = outcomeClientGone
+				return
+			}
+		}
+	})
+}
+
+// listChangedOffers reads which capabilities of an InitializeResult offer
+// listChanged.
+func listChangedOffers(init []byte) map[string]bool {
+	out := map[string]bool{}
+	vals, err := jsonx.Members(init, "capabilities")
+	if err != nil || !isObject(vals[0]) {
+		return out
+	}
+	caps, err := jsonx.Members(vals[0], "tools", "prompts", "resources")
+	if err != nil {
+		return out
+	}
+	for i, name := range []string{"tools", "prompts", "resources"} {
+		if !isObject(caps[i]) {
+			continue
+		}
+		if lc, err := jsonx.Members(caps[i], "listChanged"); err == nil && string(lc[0]) == "true" {
+			out[name] = true
+		}
+	}
+	return out
+}
+
+// appendNotification appends a notification of method whose params are
+// params (an object, nil for none) with _meta tagged with the listen
+// request's id.
+func appendNotification(dst []byte, method string, params, subID []byte) []byte {
+	if !isObject(params) {
+		params = []byte(`{}`)
+	}
+	meta := []byte(`{}`)
+	if vals, err := jsonx.Members(params, "_meta"); err == nil && isObject(vals[0]) {
+		meta = vals[0]
+	}
+	if m, err := jsonx.SetMember(meta, metaSubscriptionID, subID); err == nil {
+		if p, err := jsonx.SetMember(params, "_meta", m); err == nil {
+			params = p
+		}
+	}
+	dst = append(dst, `{"jsonrpc":"2.0","method":`...)
+	dst = appendJSONString(dst, method)
+	dst = append(dst, `,"params":`...)
+	dst = append(dst, params...)
+	return append(dst, '}')
+}
+
+// listener is one listen stream.
+type listener struct {
+	id   []byte          // the listen request's id: the subscription id
+	want map[string]bool // notification methods asked for and acknowledged
+	ch   chan []byte     // tagged notifications to write (dropped when full)
+}
+
+// listenHub fans the notifications of one upstream session's GET stream
+// out to the listen streams of its owner. It is safe for concurrent use.
+type listenHub struct {
+	mu      sync.Mutex
+	subs    map[*listener]struct{}
+	running bool
+	ready   chan struct{} // closed once the GET stream answered (or failed)
+	err     error
+	stop    context.CancelFunc
+}
+
+func (hb *listenHub) add(l *listener) {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	if hb.subs == nil {
+		hb.subs = make(map[*listener]struct{})
+	}
+	hb.subs[l] = struct{}{}
+}
+
+func (hb *listenHub) remove(l *listener) {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	delete(hb.subs, l)
+}
+
+// publish hands a notification to the listeners that asked for it.
+func (hb *listenHub) publish(method string, params []byte) {
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	for l := range hb.subs {
+		if !l.want[method] {
+			continue
+		}
+		select {
+		case l.ch <- appendNotification(nil, method, params, l.id):
+		default: // a listener that does not read loses notifications
+		}
+	}
+}
+
+// hubOpenTimeout bounds the wait for the upstream's GET stream to answer.
+const hubOpenTimeout = 10 * time.Second
+
+// start opens the session's GET stream with req (a prepared upstream
+// request, released here) unless it runs, and waits until it answered.
+func (hb *listenHub) start(w *modernWire, s *bridgeSession, req *fasthttp.Request) error {
+	hb.mu.Lock()
+	if hb.running {
+		ready := hb.ready
+		hb.mu.Unlock()
+		fasthttp.ReleaseRequest(req)
+		<-ready
+		hb.mu.Lock()
+		defer hb.mu.Unlock()
+		return hb.err
+	}
+	ctx, cancel := context.WithCancel(w.h.root)
+	hb.running, hb.ready, hb.err, hb.stop = true, make(chan struct{}), nil, cancel
+	ready := hb.ready
+	hb.mu.Unlock()
+	req.Header.SetMethod(fasthttp.MethodGet)
+	req.Header.Del(fasthttp.HeaderContentType)
+	req.Header.Set(fasthttp.HeaderAccept, "text/event-stream")
+	s.apply(&req.Header)
+	req.SetBody(nil)
+	req.Header.SetContentLength(0) // not the client's POST's
+	w.h.bg.Add(1)
+	go hb.run(ctx, w, req, ready)
+	select {
+	case <-ready:
+	case <-time.After(hubOpenTimeout):
+		cancel()
+		<-ready
+	}
+	hb.mu.Lock()
+	defer hb.mu.Unlock()
+	return hb.err
+}
+
+// run reads the GET stream until it ends, then marks the hub stopped (the
+// next listener opens a new one).
+func (hb *listenHub) run(ctx context.Context, w *modernWire, req *fasthttp.Request, ready chan struct{}) {
+	defer w.h.bg.Done()
+	opened := false
+	fail := func(err error) {
+		hb.mu.Lock()
+		hb.running = false
+		if !opened {
+			hb.err = err
+			close(ready)
+		}
+		hb.mu.Unlock()
+	}
+	hdr := &fasthttp.RequestHeader{}
+	req.Header.CopyTo(hdr)
+	hdr.SetMethod(fasthttp.MethodPost)
+	hdr.Set(fasthttp.HeaderContentType, "application/json")
+	x, err := w.h.up.RoundTrip(ctx, req)
+	if err != nil && ctx.Err() == nil {
+		// A pooled connection the upstream had closed: a GET may be
+		// sent again.
+		x, err = w.h.up.RoundTrip(ctx, req)
+	}
+	fasthttp.ReleaseRequest(req)
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer x.Done()
+	if st := x.Resp.StatusCode(); st != fasthttp.StatusOK || !isEventStream(x.Resp.Header.ContentType()) {
+		fail(errors.New("the upstream refused the session's GET stream (HTTP " + strconv.Itoa(st) + ")"))
+		return
+	}
+	hb.mu.Lock()
+	opened = true
+	close(ready)
+	hb.mu.Unlock()
+	var body io.Reader = x.Resp.BodyStream()
+	if body == nil {
+		body = bytes.NewReader(x.Resp.Body())
+	}
+	r := sse.NewReader(body, w.h.cfg.MaxResultSize)
+	for {
+		ev, err := r.Next()
+		if ev != nil && len(ev.Data) > 0 {
+			if env, perr := parseEnvelope(ev.Data); perr == nil && env.hasMethod() {
+				switch {
+				case !env.isRequest():
+					hb.publish(env.method, env.params)
+				case env.method == methodPing:
+					w.postWith(hdr, appendResultResponse(nil, env.id, []byte("{}")))
+				default:
+					w.postWith(hdr, appendErrorResponse(nil, env.id, codeMethodNotFound, "taskgate: "+env.method+
+						" cannot reach a client of protocol version "+wire2026.ProtocolVersion+" outside a request"))
+				}
+			}
+		}
+		if err != nil {
+			fail(err)
+			return
+		}
+	}
+}
+
+// close stops the GET stream (the session ends).
+func (hb *listenHub) close() {
+	hb.mu.Lock()
+	stop := hb.stop
+	hb.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+}
