@@ -96,14 +96,12 @@ type Job struct {
 	// deadlineCause is ErrTimeout or ErrExpired, the one deadline stands for.
 	deadlineCause error
 
-	mu sync.Mutex
-	// supTimer starts the supervisor (superviseRun) once the call has run
-	// for watchDelay or reached its deadline; most calls end before and
-	// never need a goroutine, a subscription or a ticker.
-	supTimer *time.Timer
-	supDone  chan struct{} // closed when the supervisor returns; nil until it starts
-	ended    bool          // the call returned: the supervisor is not started any more
-	wake     chan struct{} // closed (and cleared) when a message is queued; made by waiters
+	// sup is the call's supervision (supervise.go), guarded by the
+	// supervisor's lock.
+	sup supState
+
+	mu   sync.Mutex
+	wake chan struct{} // closed (and cleared) when a message is queued; made by waiters
 }
 
 // JobLog logs with the task's id and tool. It is built lazily per line,
@@ -180,39 +178,6 @@ func (j *Job) changes() <-chan struct{} {
 	return j.wake
 }
 
-// startSupervision arms the timer that starts superviseRun.
-func (e *Engine) startSupervision(j *Job) {
-	after := min(watchDelay, time.Until(j.deadline))
-	j.mu.Lock()
-	j.supTimer = time.AfterFunc(after, func() {
-		j.mu.Lock()
-		defer j.mu.Unlock()
-		if j.ended {
-			return
-		}
-		j.supDone = make(chan struct{})
-		go func() {
-			defer close(j.supDone)
-			e.superviseRun(j)
-		}()
-	})
-	j.mu.Unlock()
-}
-
-// stopSupervision ends the call's context and waits for the supervisor, if
-// it started.
-func (j *Job) stopSupervision() {
-	j.mu.Lock()
-	j.ended = true
-	j.supTimer.Stop()
-	done := j.supDone
-	j.mu.Unlock()
-	j.cancel(nil)
-	if done != nil {
-		<-done
-	}
-}
-
 // startJob runs j on an idle runner goroutine, or on a new one. Runner
 // goroutines are reused: a fresh goroutine grows its stack (copying it)
 // on the way through the upstream call and the store, for every task.
@@ -280,7 +245,7 @@ func (e *Engine) run(j *Job) {
 	defer cancel(nil)
 
 	e.up.Begin(j)
-	e.startSupervision(j)
+	e.sup.add(j)
 
 	var res Result
 	func() {
@@ -297,7 +262,7 @@ func (e *Engine) run(j *Job) {
 		}
 	}()
 	cause := context.Cause(ctx)
-	j.stopSupervision()
+	e.sup.stop(j)
 
 	switch {
 	case errors.Is(cause, ErrCancelledByClient):
@@ -323,78 +288,7 @@ func (e *Engine) run(j *Job) {
 	e.finish(j, res)
 }
 
-// superviseRun ends the call when the task is cancelled (through any
-// replica: the store's wake-ups, with lease renewals as the fallback) or
-// its deadline passes, and renews the lease meanwhile. It starts once the
-// call has run for watchDelay (startSupervision): most calls end quickly,
-// which saves a goroutine, a subscription pair and two timers per short
-// task. The re-read after subscribing catches a cancel that came before.
-// Shutdown ends j.ctx through the root context.
-func (e *Engine) superviseRun(j *Job) {
-	t, ctx, cancel := j.Task, j.ctx, j.cancel
-	check := func(st taskstore.Status, err error) bool {
-		switch {
-		case errors.Is(err, taskstore.ErrNotFound):
-			cancel(ErrExpired)
-			return true
-		case err == nil && st == taskstore.Cancelled:
-			cancel(ErrCancelledByClient)
-			return true
-		}
-		return false
-	}
-	left := time.Until(j.deadline)
-	if left <= 0 {
-		cancel(j.deadlineCause) // started at the deadline (a timeout below watchDelay)
-		return
-	}
-	deadline := time.NewTimer(left)
-	defer deadline.Stop()
-	renew := time.NewTicker(LeaseRenew(e.cfg.Lease))
-	defer renew.Stop()
-	reread := func() bool {
-		tt, err := e.store.Get(ctx, t.Owner, t.ID)
-		var st taskstore.Status
-		if tt != nil {
-			st = tt.Status
-		}
-		return check(st, err)
-	}
-	var ch <-chan struct{}
-	if ctx.Err() == nil {
-		c, stop, err := e.store.WatchKinds(ctx, t.Owner, t.ID, taskstore.EventTerminal+taskstore.EventAnswer)
-		if err == nil { // else rely on lease renewals
-			defer stop()
-			ch = c
-			e.up.Answers(ctx, j)
-			if reread() {
-				return
-			}
-		}
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-deadline.C:
-			cancel(j.deadlineCause)
-			return
-		case <-ch:
-			e.up.Answers(ctx, j)
-			if reread() {
-				return
-			}
-		case <-renew.C:
-			e.up.Answers(ctx, j) // in case a wake-up was missed
-			st, err := e.store.Renew(ctx, t.Owner, t.ID, LeaseTTL(e.cfg.Lease))
-			if check(st, err) {
-				return
-			}
-		}
-	}
-}
-
-// watchDelay is how long a call runs before its supervisor starts and
+// watchDelay is how long a call runs before its supervision starts and
 // subscribes to the task's events (cancels and client answers).
 const watchDelay = 250 * time.Millisecond
 
