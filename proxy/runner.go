@@ -26,17 +26,33 @@ func (h *Handler) callUpstream(ctx context.Context, j *job) callResult {
 	if j.modern != nil {
 		return h.callModern(ctx, j)
 	}
-	return h.callUpstreamOnce(ctx, j)
+	// A 2025-era call sends its request once: it is released once
+	// written, as the call may run for minutes (resumes and the messages
+	// beside the call use j.hdr).
+	return h.sendCall(ctx, j, true)
 }
 
 // callUpstreamOnce sends the call's request once and classifies the answer.
 func (h *Handler) callUpstreamOnce(ctx context.Context, j *job) callResult {
+	return h.sendCall(ctx, j, false)
+}
+
+// sendCall sends the call's request and classifies the answer; with
+// release, the request is released once written.
+func (h *Handler) sendCall(ctx context.Context, j *job, release bool) callResult {
 	j.req.Header.ResetConnectionClose()
-	x, err := h.up.RoundTrip(ctx, j.req)
+	x, err := h.up.Send(ctx, j.req)
 	if err != nil {
 		return transportFailure(ctx, err)
 	}
 	defer x.Done()
+	if release {
+		fasthttp.ReleaseRequest(j.req)
+		j.req = nil
+	}
+	if err := x.Await(); err != nil {
+		return transportFailure(ctx, err)
+	}
 	return h.readAnswer(ctx, j, x)
 }
 
@@ -144,7 +160,12 @@ const maxResumes = 10
 func (h *Handler) resume(ctx context.Context, j *job, lastID string) (*upstream.Call, error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	j.req.Header.CopyTo(&req.Header)
+	if j.req != nil {
+		j.req.Header.CopyTo(&req.Header)
+	} else {
+		j.hdr.CopyTo(&req.Header) // the call's headers, copied before it was sent
+		req.Header.ResetConnectionClose()
+	}
 	req.Header.SetMethod(fasthttp.MethodGet)
 	req.Header.Del(fasthttp.HeaderContentType)
 	req.Header.Del(fasthttp.HeaderContentLength) // the POST's length would make the upstream wait for a body

@@ -14,6 +14,8 @@ import (
 // 2026 wire's per-call state. Its engine.Job.Call points back to it.
 type job struct {
 	engine.Job
+	// req is the upstream request; a 2025-era call releases it once it
+	// is written (nil then).
 	req *fasthttp.Request
 	// hdr is a copy of req's headers made before the call starts, for the
 	// messages sent beside it (answers, cancels, the session's end): req
@@ -64,5 +66,11 @@ func (u *taskUpstream) Answers(ctx context.Context, ej *engine.Job) {
 // CloseSession ends the call's upstream session with a DELETE.
 func (u *taskUpstream) CloseSession(ej *engine.Job) { u.h.closeUpstreamSession(jobOf(ej)) }
 
-// Ended releases the call's request.
-func (u *taskUpstream) Ended(ej *engine.Job) { fasthttp.ReleaseRequest(jobOf(ej).req) }
+// Ended releases the call's request (a 2025-era call's was released once
+// sent).
+func (u *taskUpstream) Ended(ej *engine.Job) {
+	if j := jobOf(ej); j.req != nil {
+		fasthttp.ReleaseRequest(j.req)
+		j.req = nil
+	}
+}

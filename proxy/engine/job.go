@@ -199,11 +199,19 @@ const runnerIdle = 10 * time.Second
 // been idle for runnerIdle or the engine closes.
 func (e *Engine) runner(j *Job) {
 	defer e.wg.Done()
-	idle := time.NewTimer(runnerIdle)
-	defer idle.Stop()
+	var idle *time.Timer // made after the first job: a call may run for minutes
+	defer func() {
+		if idle != nil {
+			idle.Stop()
+		}
+	}()
 	for {
 		e.run(j)
-		idle.Reset(runnerIdle)
+		if idle == nil {
+			idle = time.NewTimer(runnerIdle)
+		} else {
+			idle.Reset(runnerIdle)
+		}
 		e.runnersIdle.Add(1)
 		select {
 		case j = <-e.runq:
