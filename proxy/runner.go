@@ -21,35 +21,20 @@ func newBgSSEReader(body io.Reader, max int) *sseReader {
 	return &sseReader{br: bufio.NewReaderSize(body, upstream.BackgroundReadBuf), max: max}
 }
 
-// callUpstream runs the call and classifies the upstream's answer.
-func (h *Handler) callUpstream(ctx context.Context, j *job) callResult {
-	if j.modern != nil {
-		return h.callModern(ctx, j)
-	}
-	// A 2025-era call sends its request once: it is released once
-	// written, as the call may run for minutes (resumes and the messages
-	// beside the call use j.hdr).
-	return h.sendCall(ctx, j, true)
-}
-
 // callUpstreamOnce sends the call's request once and classifies the answer.
 func (h *Handler) callUpstreamOnce(ctx context.Context, j *job) callResult {
-	return h.sendCall(ctx, j, false)
-}
-
-// sendCall sends the call's request and classifies the answer; with
-// release, the request is released once written.
-func (h *Handler) sendCall(ctx context.Context, j *job, release bool) callResult {
 	j.req.Header.ResetConnectionClose()
 	x, err := h.up.Send(ctx, j.req)
 	if err != nil {
 		return transportFailure(ctx, err)
 	}
+	return h.readCall(ctx, j, x)
+}
+
+// readCall reads and classifies the answer to the request x wrote, and
+// releases x.
+func (h *Handler) readCall(ctx context.Context, j *job, x *upstream.Call) callResult {
 	defer x.Done()
-	if release {
-		fasthttp.ReleaseRequest(j.req)
-		j.req = nil
-	}
 	if err := x.Await(); err != nil {
 		return transportFailure(ctx, err)
 	}

@@ -84,6 +84,7 @@ type Engine struct {
 	store   taskstore.Store
 	log     *zerolog.Logger
 	up      Upstream
+	sender  Sender // up, when it is one
 	hooks   Hooks
 	tools   toolLimiter
 	limiter *rateLimiter
@@ -120,6 +121,7 @@ func New(cfg Config, store taskstore.Store, log *zerolog.Logger, up Upstream, ho
 	root, cancelRoot := context.WithCancelCause(context.Background())
 	e.root, e.cancel = root, func() { cancelRoot(ErrShutdown) }
 	e.runq, e.closing = make(chan *Job), make(chan struct{})
+	e.sender, _ = up.(Sender)
 	e.sup = newSupervisor(e)
 	e.bg.Add(2)
 	go e.recoverLoop()

@@ -41,6 +41,20 @@ type Upstream interface {
 	Ended(j *Job)
 }
 
+// Sender is an Upstream whose calls can be sent before Call, so the wait
+// for the answer happens near the bottom of the runner's stack: a call
+// that waits for minutes (thousands of them at once) then holds a runner
+// whose stack the garbage collector shrinks. The engine calls Send, then
+// Wait, then Call, all from the runner goroutine.
+type Sender interface {
+	// Send writes j's request (a call it does not send itself is sent by
+	// Call).
+	Send(ctx context.Context, j *Job)
+	// Wait blocks until the answer to what Send wrote starts to arrive, or
+	// the call is aborted; Call then reads it. Wait should call little.
+	Wait(j *Job)
+}
+
 // Result is the upstream outcome of one call.
 type Result struct {
 	Status  taskstore.Status // Completed or Failed
@@ -81,6 +95,9 @@ type Job struct {
 	// before settled is closed, read only after.
 	finalTask *taskstore.Task
 	finalOut  *taskstore.Outcome
+
+	// sendPanicked: the Sender's Send panicked (the call fails).
+	sendPanicked bool
 
 	// queued is set once the runner queued a message of the task in the
 	// store; until then a wait of this process needs no drain and no
@@ -233,43 +250,89 @@ func (j *Job) settle() { j.settleOnce.Do(func() { close(j.settled) }) }
 // only writer of the task's terminal state besides a cancel and lease
 // recovery; the store settles races (a late outcome after a cancel is
 // dropped).
+//
+// The call blocks on the upstream for as long as it runs (minutes, for
+// thousands of calls at once), with this goroutine's stack below it: run
+// and call keep their frames small (the cleanup, the outcome and panics
+// are handled in functions of their own), so the stack of a waiting
+// runner stays within what the garbage collector shrinks it to.
 func (e *Engine) run(j *Job) {
-	t := j.Task
+	defer e.runEnded(j)
+	e.begin(j)
+	if e.sender != nil && !e.send(j) {
+		e.sender.Wait(j)
+	}
+	e.conclude(j, e.call(j))
+}
+
+// begin starts j's run: the upstream's preparation, supervision.
+func (e *Engine) begin(j *Job) {
 	if e.hooks.Running != nil {
 		e.hooks.Running(1)
 	}
-	defer func() {
-		j.settle()
-		e.jobs.Delete(t.ID)
-		if e.hooks.Running != nil {
-			e.hooks.Running(-1)
-		}
-		e.tools.release(t.Tool)
-		e.endSessionTask(j)
-		e.up.Ended(j)
-	}()
-
-	ctx, cancel := j.ctx, j.cancel
-	defer cancel(nil)
-
 	e.up.Begin(j)
 	e.sup.add(j)
+}
 
-	var res Result
-	func() {
-		defer func() {
-			if p := recover(); p != nil {
-				j.Log.Error().Interface("panic", p).Bytes("stack", debug.Stack()).Msg("task runner panicked")
-				res = Result{Status: taskstore.Failed, Message: "taskgate internal error while running the call", Outcome: taskstore.Outcome{Kind: taskstore.OutcomeInternal}}
-			}
-		}()
-		callStart := time.Now()
-		res = e.up.Call(ctx, j)
-		if e.hooks.CallDuration != nil {
-			e.hooks.CallDuration(t.Tool, time.Since(callStart))
+// send sends j's request (Sender); it reports whether sending panicked
+// (the task then fails like a panic in Call).
+func (e *Engine) send(j *Job) (panicked bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			j.Log.Error().Interface("panic", p).Bytes("stack", debug.Stack()).Msg("task runner panicked")
+			j.sendPanicked = true
+			panicked = true
 		}
 	}()
-	cause := context.Cause(ctx)
+	e.sender.Send(j.ctx, j)
+	return false
+}
+
+// runEnded releases what run held for j.
+func (e *Engine) runEnded(j *Job) {
+	t := j.Task
+	j.cancel(nil)
+	j.settle()
+	e.jobs.Delete(t.ID)
+	if e.hooks.Running != nil {
+		e.hooks.Running(-1)
+	}
+	e.tools.release(t.Tool)
+	e.endSessionTask(j)
+	e.up.Ended(j)
+}
+
+// call runs j's upstream call; a panic of the upstream's code fails the
+// task.
+func (e *Engine) call(j *Job) (res Result) {
+	if j.sendPanicked {
+		return panicResult
+	}
+	defer e.recoverCall(j, &res)
+	callStart := time.Now()
+	res = e.up.Call(j.ctx, j)
+	if e.hooks.CallDuration != nil {
+		e.hooks.CallDuration(j.Task.Tool, time.Since(callStart))
+	}
+	return res
+}
+
+// recoverCall, deferred by call, turns a panic into a failed outcome.
+func (e *Engine) recoverCall(j *Job, res *Result) {
+	if p := recover(); p != nil {
+		j.Log.Error().Interface("panic", p).Bytes("stack", debug.Stack()).Msg("task runner panicked")
+		*res = panicResult
+	}
+}
+
+// panicResult is the outcome of a call whose upstream code panicked.
+var panicResult = Result{Status: taskstore.Failed, Message: "taskgate internal error while running the call", Outcome: taskstore.Outcome{Kind: taskstore.OutcomeInternal}}
+
+// conclude ends j's supervision and records the outcome of its call, or
+// what its context's cause says instead.
+func (e *Engine) conclude(j *Job, res Result) {
+	t := j.Task
+	cause := context.Cause(j.ctx)
 	e.sup.stop(j)
 
 	switch {

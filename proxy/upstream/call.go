@@ -17,11 +17,12 @@ import (
 type Call struct {
 	// Resp is the response; its body is a stream (BodyStream), valid
 	// until Done.
-	Resp  *fasthttp.Response
-	cl    *Client
-	c     *conn
-	stop  func() bool
-	reuse bool // the body was read to its end: the connection is clean
+	Resp   *fasthttp.Response
+	cl     *Client
+	c      *conn
+	stop   func() bool
+	reuse  bool // the body was read to its end: the connection is clean
+	waited bool // Wait saw the answer arrive
 }
 
 // Abort closes the connection at once, unblocking a reader of the body.
@@ -109,12 +110,27 @@ func (c *Client) Send(ctx context.Context, req *fasthttp.Request) (*Call, error)
 // thousands of them at once) and reads it with a pooled one.
 func (x *Call) Await() error {
 	x.reuse = false
+	if err := x.Wait(); err != nil {
+		return err
+	}
+	x.c.takeReader()
+	x.Resp.StreamBody = true
+	return x.Resp.Read(x.c.br)
+}
+
+// Wait blocks until the answer starts to arrive (or the connection fails
+// or is aborted), holding no read buffer; Await after it reads the answer
+// without waiting again. It is Await's first part, for a caller that waits
+// where its stack is shallow.
+func (x *Call) Wait() error {
+	if x.waited {
+		return nil
+	}
 	if w, ok := x.c.Conn.(interface{ WaitReadable() error }); ok {
 		if err := w.WaitReadable(); err != nil {
 			return err
 		}
 	}
-	x.c.takeReader()
-	x.Resp.StreamBody = true
-	return x.Resp.Read(x.c.br)
+	x.waited = true
+	return nil
 }
