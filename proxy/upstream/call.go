@@ -15,8 +15,8 @@ import (
 // shutdown); after a response read to its end it goes back to the pool.
 // A Call belongs to one goroutine, except Abort.
 type Call struct {
-	// Resp is the response; its body is a stream (BodyStream), valid
-	// until Done.
+	// Resp is the response, from Await on (a call waiting for its answer
+	// holds none); its body is a stream (BodyStream), valid until Done.
 	Resp   *fasthttp.Response
 	cl     *Client
 	c      *conn
@@ -36,8 +36,11 @@ func (x *Call) SetReusable(ok bool) { x.reuse = ok }
 // Done releases the response and pools or closes the connection.
 func (x *Call) Done() {
 	ctxAlive := x.stop()
-	reuse := x.reuse && ctxAlive && !x.Resp.ConnectionClose() && x.Resp.Header.ContentLength() != -2
-	fasthttp.ReleaseResponse(x.Resp) // before the reader goes back: the body stream reads from it
+	reuse := x.reuse && ctxAlive && x.Resp != nil && !x.Resp.ConnectionClose() && x.Resp.Header.ContentLength() != -2
+	if x.Resp != nil {
+		fasthttp.ReleaseResponse(x.Resp) // before the reader goes back: the body stream reads from it
+		x.Resp = nil
+	}
 	if x.c.dropReader() && reuse {
 		x.cl.bgPool.put(x.c)
 	} else {
@@ -87,7 +90,7 @@ func (c *Client) Send(ctx context.Context, req *fasthttp.Request) (*Call, error)
 		}
 		uc = newBgConn(nc)
 	}
-	x := &Call{cl: c, c: uc, Resp: fasthttp.AcquireResponse()}
+	x := &Call{cl: c, c: uc}
 	x.stop = context.AfterFunc(ctx, x.Abort)
 	bw := bgWriters.Get().(*bufio.Writer)
 	bw.Reset(uc)
@@ -114,6 +117,7 @@ func (x *Call) Await() error {
 		return err
 	}
 	x.c.takeReader()
+	x.Resp = fasthttp.AcquireResponse()
 	x.Resp.StreamBody = true
 	return x.Resp.Read(x.c.br)
 }
