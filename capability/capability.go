@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/taskgate/taskgate/proxy/jsonx"
 )
 
 // ProtocolVersion is the protocol revision whose tasks surface taskgate serves.
@@ -63,31 +65,31 @@ func RewriteInitialize(msg []byte, opt InitOptions) ([]byte, InitInfo, error) {
 	if err != nil || !ok {
 		return msg, info, err
 	}
-	var rbuf, cbuf [16]member // most objects fit: no allocation
+	var rbuf, cbuf [16]jsonx.Member // most objects fit: no allocation
 	ms, _, err := scanObject(msg, res, rbuf[:0], "result")
 	if err != nil {
 		return msg, info, err
 	}
-	pv, hasPV := find(ms, "protocolVersion")
+	pv, hasPV := jsonx.Find(ms, "protocolVersion")
 	if hasPV {
-		if pv.kind != '"' {
+		if pv.Kind != '"' {
 			return msg, info, fmt.Errorf("capability: result.protocolVersion is not a string: %w", ErrMalformed)
 		}
-		v, err := unquote(msg[pv.vs:pv.ve])
+		v, err := unquote(msg[pv.VS:pv.VE])
 		if err != nil {
 			return msg, info, fmt.Errorf("capability: result.protocolVersion: %w", ErrMalformed)
 		}
 		info.UpstreamVersion = version(v)
 	}
-	caps, hasCaps := find(ms, "capabilities")
-	var cms []member
+	caps, hasCaps := jsonx.Find(ms, "capabilities")
+	var cms []jsonx.Member
 	if hasCaps {
-		switch caps.kind {
+		switch caps.Kind {
 		case '{':
-			if cms, _, err = scanObject(msg, caps.vs, cbuf[:0], "result.capabilities"); err != nil {
+			if cms, _, err = scanObject(msg, caps.VS, cbuf[:0], "result.capabilities"); err != nil {
 				return msg, info, err
 			}
-			if _, ok := find(cms, "tasks"); ok {
+			if _, ok := jsonx.Find(cms, "tasks"); ok {
 				info.UpstreamHasTasks = true
 				return msg, info, nil
 			}
@@ -98,11 +100,11 @@ func RewriteInitialize(msg []byte, opt InitOptions) ([]byte, InitInfo, error) {
 		}
 	}
 
-	edits := make([]edit, 0, 2)
+	edits := make([]jsonx.Edit, 0, 2)
 	switch {
 	case info.UpstreamVersion == ProtocolVersion:
 	case opt.Bridge && isVersion(info.UpstreamVersion) && info.UpstreamVersion < ProtocolVersion:
-		edits = append(edits, edit{start: pv.vs, end: pv.ve, val: `"` + ProtocolVersion + `"`})
+		edits = append(edits, jsonx.Edit{Start: pv.VS, End: pv.VE, Val: `"` + ProtocolVersion + `"`})
 		info.Bridged = true
 	default:
 		return msg, info, nil
@@ -113,25 +115,25 @@ func RewriteInitialize(msg []byte, opt InitOptions) ([]byte, InitInfo, error) {
 		tasks = tasksCaps
 	}
 	switch {
-	case hasCaps && caps.kind == '{':
-		pos, comma := insertAt(cms, caps.vs)
+	case hasCaps && caps.Kind == '{':
+		pos, comma := jsonx.InsertAt(cms, caps.VS)
 		pre := `"tasks":`
 		if comma {
 			pre = `,"tasks":`
 		}
-		edits = append(edits, edit{start: pos, end: pos, pre: pre, val: tasks})
+		edits = append(edits, jsonx.Edit{Start: pos, End: pos, Pre: pre, Val: tasks})
 	case hasCaps: // null
-		edits = append(edits, edit{start: caps.vs, end: caps.ve, pre: `{"tasks":`, val: tasks, post: `}`})
+		edits = append(edits, jsonx.Edit{Start: caps.VS, End: caps.VE, Pre: `{"tasks":`, Val: tasks, Post: `}`})
 	default:
-		pos, comma := insertAt(ms, res)
+		pos, comma := jsonx.InsertAt(ms, res)
 		pre := `"capabilities":{"tasks":`
 		if comma {
 			pre = `,"capabilities":{"tasks":`
 		}
-		edits = append(edits, edit{start: pos, end: pos, pre: pre, val: tasks, post: `}`})
+		edits = append(edits, jsonx.Edit{Start: pos, End: pos, Pre: pre, Val: tasks, Post: `}`})
 	}
 	info.Injected = true
-	return splice(msg, edits), info, nil
+	return jsonx.Splice(msg, edits), info, nil
 }
 
 // RewriteToolsList rewrites one JSON-RPC response message carrying a
@@ -158,25 +160,25 @@ func RewriteToolsList(msg []byte, support func(name string) string) ([]byte, err
 	if err != nil || !ok {
 		return msg, err
 	}
-	var rbuf [16]member
+	var rbuf [16]jsonx.Member
 	ms, _, err := scanObject(msg, res, rbuf[:0], "result")
 	if err != nil {
 		return msg, err
 	}
-	tools, ok := find(ms, "tools")
+	tools, ok := jsonx.Find(ms, "tools")
 	if !ok {
 		return msg, nil
 	}
-	if tools.kind != '[' {
+	if tools.Kind != '[' {
 		return msg, fmt.Errorf("capability: result.tools is not an array: %w", ErrMalformed)
 	}
 
 	var (
-		edits = make([]edit, 0, 64)
-		tms   = make([]member, 0, 16)
+		edits = make([]jsonx.Edit, 0, 64)
+		tms   = make([]jsonx.Member, 0, 16)
 		tr    = toolRewriter{msg: msg, support: support}
 	)
-	i := skipSpace(msg, tools.vs+1)
+	i := jsonx.SkipSpace(msg, tools.VS+1)
 	if msg[i] == ']' {
 		return msg, nil
 	}
@@ -195,38 +197,38 @@ func RewriteToolsList(msg []byte, support func(name string) string) ([]byte, err
 		if ok {
 			edits = append(edits, e)
 		}
-		i = skipSpace(msg, end)
+		i = jsonx.SkipSpace(msg, end)
 		if msg[i] == ']' {
 			break
 		}
-		i = skipSpace(msg, i+1) // ','
+		i = jsonx.SkipSpace(msg, i+1) // ','
 	}
 	if len(edits) == 0 {
 		return msg, nil
 	}
-	return splice(msg, edits), nil
+	return jsonx.Splice(msg, edits), nil
 }
 
 // toolRewriter computes the taskSupport edit of each tool of one message.
 type toolRewriter struct {
 	msg     []byte
 	support func(string) string
-	ems     []member // scratch for execution objects
-	lastS   string   // most recent support value
-	lastVal string   // lastS as a JSON string, "" before the first tool
+	ems     []jsonx.Member // scratch for execution objects
+	lastS   string         // most recent support value
+	lastVal string         // lastS as a JSON string, "" before the first tool
 }
 
 // edit returns the edit that sets taskSupport on the tool object at
 // tr.msg[open], scanned as tms; ok is false when the tool stays unchanged.
-func (tr *toolRewriter) edit(open int, tms []member) (e edit, ok bool, err error) {
+func (tr *toolRewriter) edit(open int, tms []jsonx.Member) (e jsonx.Edit, ok bool, err error) {
 	msg := tr.msg
-	nm, ok := find(tms, "name")
-	if !ok || nm.kind != '"' {
-		return edit{}, false, nil
+	nm, ok := jsonx.Find(tms, "name")
+	if !ok || nm.Kind != '"' {
+		return jsonx.Edit{}, false, nil
 	}
-	name, err := unquote(msg[nm.vs:nm.ve])
+	name, err := unquote(msg[nm.VS:nm.VE])
 	if err != nil {
-		return edit{}, false, fmt.Errorf("capability: tool name: %w", ErrMalformed)
+		return jsonx.Edit{}, false, fmt.Errorf("capability: tool name: %w", ErrMalformed)
 	}
 	if s := tr.support(string(name)); s != tr.lastS || tr.lastVal == "" {
 		b, _ := json.Marshal(s) // a string always marshals
@@ -234,63 +236,63 @@ func (tr *toolRewriter) edit(open int, tms []member) (e edit, ok bool, err error
 	}
 	val := tr.lastVal
 
-	ex, ok := find(tms, "execution")
+	ex, ok := jsonx.Find(tms, "execution")
 	switch {
 	case !ok:
-		pos, comma := insertAt(tms, open)
+		pos, comma := jsonx.InsertAt(tms, open)
 		pre := `"execution":{"taskSupport":`
 		if comma {
 			pre = `,"execution":{"taskSupport":`
 		}
-		return edit{start: pos, end: pos, pre: pre, val: val, post: `}`}, true, nil
-	case ex.kind == 'n':
-		return edit{start: ex.vs, end: ex.ve, pre: `{"taskSupport":`, val: val, post: `}`}, true, nil
-	case ex.kind != '{':
-		return edit{}, false, fmt.Errorf("capability: tool execution is not an object: %w", ErrMalformed)
+		return jsonx.Edit{Start: pos, End: pos, Pre: pre, Val: val, Post: `}`}, true, nil
+	case ex.Kind == 'n':
+		return jsonx.Edit{Start: ex.VS, End: ex.VE, Pre: `{"taskSupport":`, Val: val, Post: `}`}, true, nil
+	case ex.Kind != '{':
+		return jsonx.Edit{}, false, fmt.Errorf("capability: tool execution is not an object: %w", ErrMalformed)
 	}
-	if tr.ems, _, err = scanObject(msg, ex.vs, tr.ems, "tool execution"); err != nil {
-		return edit{}, false, err
+	if tr.ems, _, err = scanObject(msg, ex.VS, tr.ems, "tool execution"); err != nil {
+		return jsonx.Edit{}, false, err
 	}
-	if ts, ok := find(tr.ems, "taskSupport"); ok {
-		if string(msg[ts.vs:ts.ve]) == val {
-			return edit{}, false, nil
+	if ts, ok := jsonx.Find(tr.ems, "taskSupport"); ok {
+		if string(msg[ts.VS:ts.VE]) == val {
+			return jsonx.Edit{}, false, nil
 		}
-		return edit{start: ts.vs, end: ts.ve, val: val}, true, nil
+		return jsonx.Edit{Start: ts.VS, End: ts.VE, Val: val}, true, nil
 	}
-	pos, comma := insertAt(tr.ems, ex.vs)
+	pos, comma := jsonx.InsertAt(tr.ems, ex.VS)
 	pre := `"taskSupport":`
 	if comma {
 		pre = `,"taskSupport":`
 	}
-	return edit{start: pos, end: pos, pre: pre, val: val}, true, nil
+	return jsonx.Edit{Start: pos, End: pos, Pre: pre, Val: val}, true, nil
 }
 
 // result validates msg and returns the index of the '{' of its "result"
 // member. ok is false for error responses and messages without "result".
 func result(msg []byte) (open int, ok bool, err error) {
-	if !json.Valid(msg) {
-		return 0, false, fmt.Errorf("capability: invalid JSON: %w", ErrMalformed)
+	if err := validate(msg, ""); err != nil {
+		return 0, false, err
 	}
-	i := skipSpace(msg, 0)
+	i := jsonx.SkipSpace(msg, 0)
 	if msg[i] != '{' {
 		return 0, false, fmt.Errorf("capability: message is not an object: %w", ErrMalformed)
 	}
-	var buf [8]member
+	var buf [8]jsonx.Member
 	ms, _, err := scanObject(msg, i, buf[:0], "message")
 	if err != nil {
 		return 0, false, err
 	}
-	if _, ok := find(ms, "error"); ok {
+	if _, ok := jsonx.Find(ms, "error"); ok {
 		return 0, false, nil
 	}
-	r, ok := find(ms, "result")
+	r, ok := jsonx.Find(ms, "result")
 	if !ok {
 		return 0, false, nil
 	}
-	if r.kind != '{' {
+	if r.Kind != '{' {
 		return 0, false, fmt.Errorf("capability: result is not an object: %w", ErrMalformed)
 	}
-	return r.vs, true, nil
+	return r.VS, true, nil
 }
 
 // isVersion reports whether v has the YYYY-MM-DD shape of MCP protocol

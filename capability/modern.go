@@ -3,6 +3,8 @@ package capability
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/taskgate/taskgate/proxy/jsonx"
 )
 
 // Rewrites for clients of MCP 2026-07-28. That revision has no initialize:
@@ -36,29 +38,29 @@ func RewriteDiscover(msg []byte) (out []byte, native bool, err error) {
 	if err != nil || !ok {
 		return msg, false, err
 	}
-	var rbuf [16]member
+	var rbuf [16]jsonx.Member
 	ms, _, err := scanObject(msg, res, rbuf[:0], "result")
 	if err != nil {
 		return msg, false, err
 	}
-	caps, hasCaps := find(ms, "capabilities")
-	if !hasCaps || caps.kind == 'n' {
+	caps, hasCaps := jsonx.Find(ms, "capabilities")
+	if !hasCaps || caps.Kind == 'n' {
 		val := `{"extensions":{"` + ExtensionTasks + `":{}}}`
 		if hasCaps {
-			return splice(msg, []edit{{start: caps.vs, end: caps.ve, val: val}}), false, nil
+			return jsonx.Splice(msg, []jsonx.Edit{{Start: caps.VS, End: caps.VE, Val: val}}), false, nil
 		}
-		pos, comma := insertAt(ms, res)
+		pos, comma := jsonx.InsertAt(ms, res)
 		pre := `"capabilities":`
 		if comma {
 			pre = `,"capabilities":`
 		}
-		return splice(msg, []edit{{start: pos, end: pos, pre: pre, val: val}}), false, nil
+		return jsonx.Splice(msg, []jsonx.Edit{{Start: pos, End: pos, Pre: pre, Val: val}}), false, nil
 	}
-	newCaps, native, err := modernCapabilities(msg[caps.vs:caps.ve])
+	newCaps, native, err := modernCapabilities(msg[caps.VS:caps.VE])
 	if err != nil || native {
 		return msg, native, err
 	}
-	return splice(msg, []edit{{start: caps.vs, end: caps.ve, val: string(newCaps)}}), false, nil
+	return jsonx.Splice(msg, []jsonx.Edit{{Start: caps.VS, End: caps.VE, Val: string(newCaps)}}), false, nil
 }
 
 // modernCapabilities returns the server capabilities object caps (valid
@@ -68,20 +70,20 @@ func modernCapabilities(caps []byte) (out []byte, native bool, err error) {
 	if len(caps) == 0 || caps[0] != '{' {
 		return nil, false, fmt.Errorf("capability: capabilities is not an object: %w", ErrMalformed)
 	}
-	var cbuf, ebuf [16]member
+	var cbuf, ebuf [16]jsonx.Member
 	cms, _, err := scanObject(caps, 0, cbuf[:0], "capabilities")
 	if err != nil {
 		return nil, false, err
 	}
-	var ems []member
-	if ext, ok := find(cms, "extensions"); ok && ext.kind != 'n' {
-		if ext.kind != '{' {
+	var ems []jsonx.Member
+	if ext, ok := jsonx.Find(cms, "extensions"); ok && ext.Kind != 'n' {
+		if ext.Kind != '{' {
 			return nil, false, fmt.Errorf("capability: capabilities.extensions is not an object: %w", ErrMalformed)
 		}
-		if ems, _, err = scanObject(caps, ext.vs, ebuf[:0], "capabilities.extensions"); err != nil {
+		if ems, _, err = scanObject(caps, ext.VS, ebuf[:0], "capabilities.extensions"); err != nil {
 			return nil, false, err
 		}
-		if _, ok := find(ems, ExtensionTasks); ok {
+		if _, ok := jsonx.Find(ems, ExtensionTasks); ok {
 			return nil, true, nil
 		}
 	}
@@ -89,16 +91,16 @@ func modernCapabilities(caps []byte) (out []byte, native bool, err error) {
 	out = append(out, '{')
 	n := 0
 	for _, m := range cms {
-		if k := string(m.key); k == "tasks" || k == "extensions" {
+		if k := string(m.Key); k == "tasks" || k == "extensions" {
 			continue
 		}
-		out = appendMember(out, n, m.key, caps[m.vs:m.ve])
+		out = appendMember(out, n, m.Key, caps[m.VS:m.VE])
 		n++
 	}
 	ext := make([]byte, 0, 64)
 	ext = append(ext, '{')
 	for i, m := range ems {
-		ext = appendMember(ext, i, m.key, caps[m.vs:m.ve])
+		ext = appendMember(ext, i, m.Key, caps[m.VS:m.VE])
 	}
 	ext = appendMember(ext, len(ems), []byte(ExtensionTasks), []byte("{}"))
 	ext = append(ext, '}')
@@ -126,26 +128,26 @@ func appendMember(dst []byte, i int, key, val []byte) []byte {
 // "public": the answer is the same for every client). Malformed input wraps
 // ErrMalformed.
 func DiscoverFromInitialize(init []byte, supportedVersions []string) ([]byte, error) {
-	if !json.Valid(init) {
-		return nil, fmt.Errorf("capability: initialize result: invalid JSON: %w", ErrMalformed)
+	if err := validate(init, "initialize result: "); err != nil {
+		return nil, err
 	}
-	i := skipSpace(init, 0)
+	i := jsonx.SkipSpace(init, 0)
 	if init[i] != '{' {
 		return nil, fmt.Errorf("capability: initialize result is not an object: %w", ErrMalformed)
 	}
-	var buf [16]member
+	var buf [16]jsonx.Member
 	ms, _, err := scanObject(init, i, buf[:0], "initialize result")
 	if err != nil {
 		return nil, err
 	}
 	caps := []byte(`{"extensions":{"` + ExtensionTasks + `":{}}}`)
-	if c, ok := find(ms, "capabilities"); ok && c.kind != 'n' {
-		mc, native, err := modernCapabilities(init[c.vs:c.ve])
+	if c, ok := jsonx.Find(ms, "capabilities"); ok && c.Kind != 'n' {
+		mc, native, err := modernCapabilities(init[c.VS:c.VE])
 		switch {
 		case err != nil:
 			return nil, err
 		case native:
-			mc = init[c.vs:c.ve]
+			mc = init[c.VS:c.VE]
 		}
 		caps = mc
 	}
@@ -155,14 +157,14 @@ func DiscoverFromInitialize(init []byte, supportedVersions []string) ([]byte, er
 	out = append(out, vs...)
 	out = append(out, `,"capabilities":`...)
 	out = append(out, caps...)
-	if in, ok := find(ms, "instructions"); ok && in.kind == '"' {
+	if in, ok := jsonx.Find(ms, "instructions"); ok && in.Kind == '"' {
 		out = append(out, `,"instructions":`...)
-		out = append(out, init[in.vs:in.ve]...)
+		out = append(out, init[in.VS:in.VE]...)
 	}
 	out = append(out, `,"ttlMs":0,"cacheScope":"public"`...)
-	if si, ok := find(ms, "serverInfo"); ok && si.kind == '{' {
+	if si, ok := jsonx.Find(ms, "serverInfo"); ok && si.Kind == '{' {
 		out = append(out, `,"_meta":{"`+metaServerInfo+`":`...)
-		out = append(out, init[si.vs:si.ve]...)
+		out = append(out, init[si.VS:si.VE]...)
 		out = append(out, '}')
 	}
 	return append(out, '}'), nil
@@ -180,13 +182,13 @@ func ModernResult(msg []byte, stripExecution bool) ([]byte, error) {
 	if err != nil || !ok {
 		return msg, err
 	}
-	var rbuf [16]member
+	var rbuf [16]jsonx.Member
 	ms, end, err := scanObject(msg, res, rbuf[:0], "result")
 	if err != nil {
 		return msg, err
 	}
-	_, hasType := find(ms, "resultType")
-	tools, hasTools := find(ms, "tools")
+	_, hasType := jsonx.Find(ms, "resultType")
+	tools, hasTools := jsonx.Find(ms, "tools")
 	if hasType && (!stripExecution || !hasTools) {
 		return msg, nil
 	}
@@ -199,13 +201,13 @@ func ModernResult(msg []byte, stripExecution bool) ([]byte, error) {
 		n++
 	}
 	for _, m := range ms {
-		val := msg[m.vs:m.ve]
-		if stripExecution && hasTools && m.vs == tools.vs && m.kind == '[' {
+		val := msg[m.VS:m.VE]
+		if stripExecution && hasTools && m.VS == tools.VS && m.Kind == '[' {
 			if val, err = stripToolsExecution(val); err != nil {
 				return msg, err
 			}
 		}
-		out = appendMember(out, n, m.key, val)
+		out = appendMember(out, n, m.Key, val)
 		n++
 	}
 	out = append(out, '}')
@@ -216,8 +218,8 @@ func ModernResult(msg []byte, stripExecution bool) ([]byte, error) {
 func stripToolsExecution(tools []byte) ([]byte, error) {
 	out := make([]byte, 0, len(tools))
 	out = append(out, '[')
-	var tbuf [16]member
-	i := skipSpace(tools, 1)
+	var tbuf [16]jsonx.Member
+	i := jsonx.SkipSpace(tools, 1)
 	for n := 0; tools[i] != ']'; n++ {
 		if tools[i] != '{' {
 			return nil, fmt.Errorf("capability: result.tools element is not an object: %w", ErrMalformed)
@@ -232,16 +234,16 @@ func stripToolsExecution(tools []byte) ([]byte, error) {
 		out = append(out, '{')
 		k := 0
 		for _, m := range tms {
-			if string(m.key) == "execution" {
+			if string(m.Key) == "execution" {
 				continue
 			}
-			out = appendMember(out, k, m.key, tools[m.vs:m.ve])
+			out = appendMember(out, k, m.Key, tools[m.VS:m.VE])
 			k++
 		}
 		out = append(out, '}')
-		i = skipSpace(tools, end)
+		i = jsonx.SkipSpace(tools, end)
 		if tools[i] == ',' {
-			i = skipSpace(tools, i+1)
+			i = jsonx.SkipSpace(tools, i+1)
 		}
 	}
 	return append(out, ']'), nil
@@ -260,13 +262,13 @@ func AddCacheHints(msg []byte) ([]byte, error) {
 	if err != nil || !ok {
 		return msg, err
 	}
-	var rbuf [16]member
+	var rbuf [16]jsonx.Member
 	ms, end, err := scanObject(msg, res, rbuf[:0], "result")
 	if err != nil {
 		return msg, err
 	}
-	_, hasTTL := find(ms, "ttlMs")
-	_, hasScope := find(ms, "cacheScope")
+	_, hasTTL := jsonx.Find(ms, "ttlMs")
+	_, hasScope := jsonx.Find(ms, "cacheScope")
 	if hasTTL && hasScope {
 		return msg, nil
 	}
@@ -275,7 +277,7 @@ func AddCacheHints(msg []byte) ([]byte, error) {
 	out = append(out, '{')
 	n := 0
 	for _, m := range ms {
-		out = appendMember(out, n, m.key, msg[m.vs:m.ve])
+		out = appendMember(out, n, m.Key, msg[m.VS:m.VE])
 		n++
 	}
 	if !hasTTL {

@@ -29,6 +29,11 @@
 // upstream call is routed to that task's runner; GET streams of sessions at
 // 2025-11-25 are merged with the session's task messages.
 //
+// The method table (methods.go) lists every method taskgate knows, with its
+// handler on each wire; the dispatch, the batch check and the metric labels
+// read it. JSON is read and edited by package proxy/jsonx, SSE read and
+// written by package proxy/sse.
+//
 // # Tasks
 //
 // The task engine (package proxy/engine) creates, runs, waits for, lists

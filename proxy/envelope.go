@@ -3,29 +3,16 @@ package proxy
 import (
 	"bytes"
 	"errors"
-	"strings"
-)
 
-// JSON-RPC methods taskgate looks at. Everything else passes through.
-const (
-	methodInitialize  = "initialize"
-	methodToolsList   = "tools/list"
-	methodToolsCall   = "tools/call"
-	methodTasksGet    = "tasks/get"
-	methodTasksResult = "tasks/result"
-	methodTasksList   = "tasks/list"
-	methodTasksCancel = "tasks/cancel"
-	methodPing        = "ping"
-
-	notificationCancelled = "notifications/cancelled"
+	"github.com/taskgate/taskgate/proxy/jsonx"
 )
 
 // Envelope errors. A syntax error is a JSON-RPC parse error (-32700); the
 // others make the message an invalid request (-32600).
+// Syntax errors (jsonx.ErrSyntax, ErrTooDeep, ErrTrailing) and the
+// member-rule errors (jsonx.ErrNotObject, ErrDupMember, ErrOddMember) come
+// from jsonx.
 var (
-	errNotObject   = errors.New("a JSON-RPC message must be a JSON object")
-	errDupMember   = errors.New("duplicate member")
-	errOddMember   = errors.New("member name differs from a JSON-RPC member only in case")
 	errBadVersion  = errors.New(`"jsonrpc" must be "2.0"`)
 	errBadMethod   = errors.New(`"method" must be a string`)
 	errBadID       = errors.New(`"id" must be a string or an integer`)
@@ -36,9 +23,16 @@ var (
 // envelope is the part of a JSON-RPC message the proxy routes on. Byte slices
 // alias the parsed buffer: copy them before the buffer dies (fasthttp reuses a request's buffers
 // once its handler returns).
+//
+// kind says what the message is (jsonx.Classify: request, notification,
+// response, none; batch for an array); routing tests the kind, never the
+// members that make it. spec is the method's entry in the method table
+// (methods.go), nil for a method taskgate does not know or no method.
 type envelope struct {
+	kind      jsonx.Kind
 	id        []byte // raw JSON of "id"; nil when absent
 	method    string
+	spec      *methodSpec
 	params    []byte // raw JSON of "params"; nil when absent
 	hasResult bool
 	hasError  bool
@@ -46,7 +40,16 @@ type envelope struct {
 }
 
 // isRequest reports whether the message is a request (method and id).
-func (e *envelope) isRequest() bool { return e.method != "" && e.id != nil }
+func (e *envelope) isRequest() bool { return e.kind == jsonx.KindRequest }
+
+// isResponse reports whether the message is a response (no method; a
+// result or an error).
+func (e *envelope) isResponse() bool { return e.kind == jsonx.KindResponse }
+
+// hasMethod reports whether the message is a request or a notification.
+func (e *envelope) hasMethod() bool {
+	return e.kind == jsonx.KindRequest || e.kind == jsonx.KindNotification
+}
 
 // envelope members, matched exactly; a case-insensitive match of one of them
 // that is not exact is refused (encoding/json would accept it, and a member spelt "Method" could then
@@ -57,110 +60,98 @@ var envelopeMembers = [...]string{"jsonrpc", "id", "method", "params", "result",
 // member names, no duplicates, id kept raw, params not decoded. The whole
 // body must be valid JSON.
 func parseEnvelope(b []byte) (envelope, error) {
-	s := scanner{b: b}
-	s.ws()
-	if s.i >= len(b) {
-		return envelope{}, errSyntax
+	s := jsonx.Scanner{B: b}
+	s.Space()
+	if s.I >= len(b) {
+		return envelope{}, jsonx.ErrSyntax
 	}
 	var env envelope
 	var err error
-	switch b[s.i] {
+	switch b[s.I] {
 	case '{':
 		env, err = parseMessage(&s)
 	case '[':
 		env, err = parseBatch(&s)
 	default:
-		if _, verr := s.value(); verr != nil {
+		if _, verr := s.Value(); verr != nil {
 			return envelope{}, verr
 		}
-		err = errNotObject
+		err = jsonx.ErrNotObject
 	}
 	if err != nil {
-		if !errors.Is(err, errSyntax) && !errors.Is(err, errTooDeep) {
+		if !errors.Is(err, jsonx.ErrSyntax) && !errors.Is(err, jsonx.ErrTooDeep) {
 			// A refused message may stop reading early (a batch's bad
 			// element, a non-object value): syntax errors in the rest
 			// still win, so malformed JSON is always a parse error.
-			if verr := validJSON(b); verr != nil {
+			if verr := jsonx.Valid(b); verr != nil {
 				return envelope{}, verr
 			}
 		}
 		return envelope{}, err
 	}
-	s.ws()
-	if s.i != len(b) {
-		return envelope{}, errTrailing
+	s.Space()
+	if s.I != len(b) {
+		return envelope{}, jsonx.ErrTrailing
 	}
 	return env, nil
 }
 
-// validJSON reports the syntax error of b as one JSON text, or nil.
-func validJSON(b []byte) error {
-	s := scanner{b: b}
-	if _, err := s.value(); err != nil {
-		return err
-	}
-	s.ws()
-	if s.i != len(b) {
-		return errTrailing
-	}
-	return nil
-}
-
-func parseBatch(s *scanner) (envelope, error) {
+func parseBatch(s *jsonx.Scanner) (envelope, error) {
 	var env envelope
-	s.i++ // [
-	s.ws()
-	if s.i < len(s.b) && s.b[s.i] == ']' {
-		s.i++
+	s.I++ // [
+	s.Space()
+	if s.I < len(s.B) && s.B[s.I] == ']' {
+		s.I++
 		return env, errEmptyBatch
 	}
 	for {
-		s.ws()
-		if s.i >= len(s.b) {
-			return env, errSyntax
+		s.Space()
+		if s.I >= len(s.B) {
+			return env, jsonx.ErrSyntax
 		}
-		switch s.b[s.i] {
+		switch s.B[s.I] {
 		case '{':
 			el, err := parseMessage(s)
 			if err != nil {
 				return env, err
 			}
 			env.batch = append(env.batch, el)
+			env.kind = jsonx.KindBatch
 		case '[':
-			if _, err := s.value(); err != nil {
+			if _, err := s.Value(); err != nil {
 				return env, err
 			}
 			return env, errNestedBatch
 		default:
-			if _, err := s.value(); err != nil {
+			if _, err := s.Value(); err != nil {
 				return env, err
 			}
-			return env, errNotObject
+			return env, jsonx.ErrNotObject
 		}
-		s.ws()
-		if s.i >= len(s.b) {
-			return env, errSyntax
+		s.Space()
+		if s.I >= len(s.B) {
+			return env, jsonx.ErrSyntax
 		}
-		switch s.b[s.i] {
+		switch s.B[s.I] {
 		case ',':
-			s.i++
+			s.I++
 		case ']':
-			s.i++
+			s.I++
 			return env, nil
 		default:
-			return env, errSyntax
+			return env, jsonx.ErrSyntax
 		}
 	}
 }
 
-func parseMessage(s *scanner) (envelope, error) {
+func parseMessage(s *jsonx.Scanner) (envelope, error) {
 	var env envelope
 	var seen [len(envelopeMembers)]bool
 	var semantic error // first non-syntax error; syntax errors win
-	err := s.object(func(key []byte, escaped bool, val []byte) error {
-		name, ok := unquoteBytes(key, escaped)
+	err := s.Object(func(key []byte, escaped bool, val []byte) error {
+		name, ok := jsonx.UnquoteBytes(key, escaped)
 		if !ok {
-			return errSyntax
+			return jsonx.ErrSyntax
 		}
 		idx := -1
 		for i, m := range envelopeMembers {
@@ -168,8 +159,8 @@ func parseMessage(s *scanner) (envelope, error) {
 				idx = i
 				break
 			}
-			if semantic == nil && foldsTo(name, m) {
-				semantic = errOddMember
+			if semantic == nil && jsonx.FoldsTo(name, m) {
+				semantic = jsonx.ErrOddMember
 			}
 		}
 		if idx < 0 {
@@ -177,7 +168,7 @@ func parseMessage(s *scanner) (envelope, error) {
 		}
 		if seen[idx] {
 			if semantic == nil {
-				semantic = errDupMember
+				semantic = jsonx.ErrDupMember
 			}
 			return nil
 		}
@@ -199,13 +190,18 @@ func parseMessage(s *scanner) (envelope, error) {
 				}
 				return nil
 			}
-			ss := scanner{b: val}
-			content, esc, _ := ss.str()
-			m, ok := unquoteBytes(content, esc)
+			ss := jsonx.Scanner{B: val}
+			content, esc, _ := ss.Str()
+			m, ok := jsonx.UnquoteBytes(content, esc)
 			if !ok {
-				return errSyntax
+				return jsonx.ErrSyntax
 			}
-			env.method = internMethod(m)
+			env.spec = lookupMethod(m)
+			if env.spec != nil {
+				env.method = env.spec.name // no copy for the methods taskgate knows
+			} else {
+				env.method = string(m)
+			}
 		case "params":
 			env.params = val
 		case "result":
@@ -229,6 +225,7 @@ func parseMessage(s *scanner) (envelope, error) {
 		// request whose id could not be read.
 		return envelope{}, errBadID
 	}
+	env.kind = jsonx.Classify(env.method, env.id != nil, env.hasResult || env.hasError)
 	return env, nil
 }
 
@@ -242,126 +239,4 @@ func validID(v []byte) bool {
 		return !bytes.ContainsAny(v, ".eE")
 	}
 	return false
-}
-
-// foldsTo reports whether name equals m under Unicode case folding (as
-// encoding/json struct decoding matches keys). A rune folding to an ASCII
-// letter takes at most 3 bytes (K, the Kelvin sign), so longer names are
-// skipped without converting them.
-func foldsTo(name []byte, m string) bool {
-	return len(name) <= 3*len(m) && strings.EqualFold(string(name), m)
-}
-
-// internMethod returns a constant for the methods the proxy routes on, so
-// that the common case allocates nothing.
-func internMethod(m []byte) string {
-	switch string(m) {
-	case methodInitialize:
-		return methodInitialize
-	case methodToolsList:
-		return methodToolsList
-	case methodToolsCall:
-		return methodToolsCall
-	case methodTasksGet:
-		return methodTasksGet
-	case methodTasksResult:
-		return methodTasksResult
-	case methodTasksList:
-		return methodTasksList
-	case methodTasksCancel:
-		return methodTasksCancel
-	case methodPing:
-		return methodPing
-	}
-	return string(m)
-}
-
-// members returns the raw values of the named members of a JSON object,
-// exactly matched; a duplicate or a case-variant of a wanted name is an
-// error. Values for absent names are nil.
-func members(obj []byte, names ...string) ([][]byte, error) {
-	s := scanner{b: obj}
-	s.ws()
-	if s.i >= len(obj) || obj[s.i] != '{' {
-		return nil, errNotObject
-	}
-	out := make([][]byte, len(names))
-	var semantic error
-	err := s.object(func(key []byte, escaped bool, val []byte) error {
-		name, ok := unquoteBytes(key, escaped)
-		if !ok {
-			return errSyntax
-		}
-		for i, n := range names {
-			if string(name) == n {
-				if out[i] != nil && semantic == nil {
-					semantic = errDupMember
-				}
-				out[i] = val
-				return nil
-			}
-			if semantic == nil && foldsTo(name, n) {
-				semantic = errOddMember
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	return out, semantic
-}
-
-// setMember returns a copy of the JSON object obj with member key set to
-// val (replacing an existing member of that exact name, else appended).
-// obj must be a valid object; key must not need escaping.
-func setMember(obj []byte, key string, val []byte) ([]byte, error) {
-	return editObject(obj, key, val, false)
-}
-
-// deleteMember returns a copy of obj without member key.
-func deleteMember(obj []byte, key string) ([]byte, error) {
-	return editObject(obj, key, nil, true)
-}
-
-func editObject(obj []byte, key string, val []byte, del bool) ([]byte, error) {
-	s := scanner{b: obj}
-	s.ws()
-	if s.i >= len(obj) || obj[s.i] != '{' {
-		return nil, errNotObject
-	}
-	out := make([]byte, 0, len(obj)+len(key)+len(val)+4)
-	out = append(out, '{')
-	emit := func(k, v []byte) {
-		if len(out) > 1 {
-			out = append(out, ',')
-		}
-		out = append(out, '"')
-		out = append(out, k...)
-		out = append(out, '"', ':')
-		out = append(out, v...)
-	}
-	replaced := false
-	err := s.object(func(k []byte, escaped bool, v []byte) error {
-		name, ok := unquoteBytes(k, escaped)
-		if !ok {
-			return errSyntax
-		}
-		if string(name) == key {
-			if del || replaced {
-				return nil
-			}
-			replaced = true
-			v = val
-		}
-		emit(k, v)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	if !replaced && !del {
-		emit([]byte(key), val)
-	}
-	return append(out, '}'), nil
 }

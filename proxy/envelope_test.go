@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/taskgate/taskgate/proxy/jsonx"
 )
 
 // envView is an envelope as tests compare it (strings instead of slices,
@@ -115,7 +117,7 @@ func TestParseEnvelope(t *testing.T) {
 		},
 		{name: "null params kept raw", in: `{"jsonrpc":"2.0","method":"x","params":null}`, want: req("", "x", "null")},
 		{name: "huge string param", in: `{"jsonrpc":"2.0","id":1,"method":"x","params":{"s":"` + huge + `"}}`, want: req("1", "x", `{"s":"`+huge+`"}`)},
-		{name: "params nested to the limit", in: `{"jsonrpc":"2.0","method":"x","params":` + deep(maxDepth-1) + `}`, want: req("", "x", deep(maxDepth-1))},
+		{name: "params nested to the limit", in: `{"jsonrpc":"2.0","method":"x","params":` + deep(jsonx.MaxDepth-1) + `}`, want: req("", "x", deep(jsonx.MaxDepth-1))},
 
 		// Batches (H-04: none in 2025-11-25; parsed so they can be refused
 		// or passed per element).
@@ -128,35 +130,35 @@ func TestParseEnvelope(t *testing.T) {
 		{name: "empty batch with space", in: `[ ]`, wantErr: errEmptyBatch},
 		{name: "nested batch", in: `[[{"jsonrpc":"2.0","method":"x"}]]`, wantErr: errNestedBatch},
 		{name: "nested batch after element", in: `[{"jsonrpc":"2.0","method":"x"},[]]`, wantErr: errNestedBatch},
-		{name: "non-object element", in: `[1]`, wantErr: errNotObject},
-		{name: "string element", in: `[{"jsonrpc":"2.0","method":"x"},"y"]`, wantErr: errNotObject},
-		{name: "batch element duplicate", in: `[{"jsonrpc":"2.0","method":"x","method":"tools/call"}]`, wantErr: errDupMember},
-		{name: "batch element odd case", in: `[{"jsonrpc":"2.0","Method":"x"}]`, wantErr: errOddMember},
-		{name: "batch trailing comma", in: `[{"jsonrpc":"2.0","method":"x"},]`, wantErr: errSyntax},
-		{name: "unclosed batch", in: `[{"jsonrpc":"2.0","method":"x"}`, wantErr: errSyntax},
-		{name: "batch then data", in: `[{"jsonrpc":"2.0","method":"x"}] 1`, wantErr: errTrailing},
+		{name: "non-object element", in: `[1]`, wantErr: jsonx.ErrNotObject},
+		{name: "string element", in: `[{"jsonrpc":"2.0","method":"x"},"y"]`, wantErr: jsonx.ErrNotObject},
+		{name: "batch element duplicate", in: `[{"jsonrpc":"2.0","method":"x","method":"tools/call"}]`, wantErr: jsonx.ErrDupMember},
+		{name: "batch element odd case", in: `[{"jsonrpc":"2.0","Method":"x"}]`, wantErr: jsonx.ErrOddMember},
+		{name: "batch trailing comma", in: `[{"jsonrpc":"2.0","method":"x"},]`, wantErr: jsonx.ErrSyntax},
+		{name: "unclosed batch", in: `[{"jsonrpc":"2.0","method":"x"}`, wantErr: jsonx.ErrSyntax},
+		{name: "batch then data", in: `[{"jsonrpc":"2.0","method":"x"}] 1`, wantErr: jsonx.ErrTrailing},
 
 		// Duplicates: encoding/json keeps the last one, so a parser that kept the
 		// first would route on a method the upstream never sees.
-		{name: "duplicate method", in: `{"jsonrpc":"2.0","id":1,"method":"ping","method":"tools/call"}`, wantErr: errDupMember},
-		{name: "duplicate method via escape", in: `{"jsonrpc":"2.0","id":1,"method":"ping","m\u0065thod":"tools/call"}`, wantErr: errDupMember},
-		{name: "duplicate id", in: `{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}`, wantErr: errDupMember},
-		{name: "duplicate params", in: `{"jsonrpc":"2.0","id":1,"method":"x","params":{},"params":{"task":{}}}`, wantErr: errDupMember},
-		{name: "duplicate jsonrpc", in: `{"jsonrpc":"2.0","jsonrpc":"2.0","method":"x"}`, wantErr: errDupMember},
-		{name: "duplicate result", in: `{"jsonrpc":"2.0","id":1,"result":{},"result":{}}`, wantErr: errDupMember},
-		{name: "duplicate error", in: `{"jsonrpc":"2.0","id":1,"error":{},"error":{}}`, wantErr: errDupMember},
+		{name: "duplicate method", in: `{"jsonrpc":"2.0","id":1,"method":"ping","method":"tools/call"}`, wantErr: jsonx.ErrDupMember},
+		{name: "duplicate method via escape", in: `{"jsonrpc":"2.0","id":1,"method":"ping","m\u0065thod":"tools/call"}`, wantErr: jsonx.ErrDupMember},
+		{name: "duplicate id", in: `{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}`, wantErr: jsonx.ErrDupMember},
+		{name: "duplicate params", in: `{"jsonrpc":"2.0","id":1,"method":"x","params":{},"params":{"task":{}}}`, wantErr: jsonx.ErrDupMember},
+		{name: "duplicate jsonrpc", in: `{"jsonrpc":"2.0","jsonrpc":"2.0","method":"x"}`, wantErr: jsonx.ErrDupMember},
+		{name: "duplicate result", in: `{"jsonrpc":"2.0","id":1,"result":{},"result":{}}`, wantErr: jsonx.ErrDupMember},
+		{name: "duplicate error", in: `{"jsonrpc":"2.0","id":1,"error":{},"error":{}}`, wantErr: jsonx.ErrDupMember},
 
 		// Case variants (encoding/json struct decoding folds case).
-		{name: "Method", in: `{"jsonrpc":"2.0","id":1,"Method":"tools/call"}`, wantErr: errOddMember},
-		{name: "Method besides method", in: `{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call"}`, wantErr: errOddMember},
-		{name: "PARAMS", in: `{"jsonrpc":"2.0","id":1,"method":"x","PARAMS":{}}`, wantErr: errOddMember},
-		{name: "ID", in: `{"jsonrpc":"2.0","ID":1,"method":"x"}`, wantErr: errOddMember},
-		{name: "JSONRPC", in: `{"JSONRPC":"2.0","method":"x"}`, wantErr: errOddMember},
-		{name: "long s in params", in: `{"jsonrpc":"2.0","method":"x","param\u017f":{}}`, wantErr: errOddMember},
-		{name: "raw long s in jsonrpc", in: "{\"j\u017fonrpc\":\"2.0\",\"jsonrpc\":\"2.0\",\"method\":\"x\"}", wantErr: errOddMember},
-		{name: "long s in result", in: `{"jsonrpc":"2.0","id":1,"re\u017fult":{}}`, wantErr: errOddMember},
-		{name: "escaped capital", in: `{"jsonrpc":"2.0","id":1,"\u004dethod":"x"}`, wantErr: errOddMember},
-		{name: "syntax error wins over odd member", in: `{"jsonrpc":"2.0","Method":"x",}`, wantErr: errSyntax},
+		{name: "Method", in: `{"jsonrpc":"2.0","id":1,"Method":"tools/call"}`, wantErr: jsonx.ErrOddMember},
+		{name: "Method besides method", in: `{"jsonrpc":"2.0","id":1,"method":"ping","Method":"tools/call"}`, wantErr: jsonx.ErrOddMember},
+		{name: "PARAMS", in: `{"jsonrpc":"2.0","id":1,"method":"x","PARAMS":{}}`, wantErr: jsonx.ErrOddMember},
+		{name: "ID", in: `{"jsonrpc":"2.0","ID":1,"method":"x"}`, wantErr: jsonx.ErrOddMember},
+		{name: "JSONRPC", in: `{"JSONRPC":"2.0","method":"x"}`, wantErr: jsonx.ErrOddMember},
+		{name: "long s in params", in: `{"jsonrpc":"2.0","method":"x","param\u017f":{}}`, wantErr: jsonx.ErrOddMember},
+		{name: "raw long s in jsonrpc", in: "{\"j\u017fonrpc\":\"2.0\",\"jsonrpc\":\"2.0\",\"method\":\"x\"}", wantErr: jsonx.ErrOddMember},
+		{name: "long s in result", in: `{"jsonrpc":"2.0","id":1,"re\u017fult":{}}`, wantErr: jsonx.ErrOddMember},
+		{name: "escaped capital", in: `{"jsonrpc":"2.0","id":1,"\u004dethod":"x"}`, wantErr: jsonx.ErrOddMember},
+		{name: "syntax error wins over odd member", in: `{"jsonrpc":"2.0","Method":"x",}`, wantErr: jsonx.ErrSyntax},
 
 		// jsonrpc.
 		{name: "missing jsonrpc", in: `{"id":1,"method":"ping"}`, wantErr: errBadVersion},
@@ -177,25 +179,25 @@ func TestParseEnvelope(t *testing.T) {
 		{name: "null id in a request", in: `{"jsonrpc":"2.0","id":null,"method":"tools/call"}`, wantErr: errBadID},
 
 		// Not a message, trailing data, syntax.
-		{name: "string", in: `"x"`, wantErr: errNotObject},
-		{name: "number", in: `1`, wantErr: errNotObject},
-		{name: "null", in: `null`, wantErr: errNotObject},
-		{name: "empty", in: ``, wantErr: errSyntax},
-		{name: "whitespace", in: " \r\n\t", wantErr: errSyntax},
-		{name: "garbage", in: `hello`, wantErr: errSyntax},
-		{name: "second object", in: `{"jsonrpc":"2.0","method":"x"}{"jsonrpc":"2.0","method":"y"}`, wantErr: errTrailing},
-		{name: "trailing garbage", in: `{"jsonrpc":"2.0","method":"x"} x`, wantErr: errTrailing},
-		{name: "trailing NUL", in: "{\"jsonrpc\":\"2.0\",\"method\":\"x\"}\x00", wantErr: errTrailing},
-		{name: "NUL inside", in: "{\"jsonrpc\":\"2.0\",\x00\"method\":\"x\"}", wantErr: errSyntax},
-		{name: "raw NUL in method", in: "{\"jsonrpc\":\"2.0\",\"method\":\"x\x00\"}", wantErr: errSyntax},
-		{name: "invalid escape", in: `{"jsonrpc":"2.0","method":"\q"}`, wantErr: errSyntax},
-		{name: "short unicode escape", in: `{"jsonrpc":"2.0","method":"\u00"}`, wantErr: errSyntax},
-		{name: "unterminated", in: `{"jsonrpc":"2.0","method":"x"`, wantErr: errSyntax},
-		{name: "leading zero in params", in: `{"jsonrpc":"2.0","method":"x","params":[01]}`, wantErr: errSyntax},
-		{name: "bad number id", in: `{"jsonrpc":"2.0","id":-,"method":"x"}`, wantErr: errSyntax},
-		{name: "too deep", in: `{"jsonrpc":"2.0","method":"x","params":` + deep(maxDepth) + `}`, wantErr: errTooDeep},
-		{name: "far too deep", in: `{"jsonrpc":"2.0","method":"x","params":` + strings.Repeat(`{"a":`, 1<<20), wantErr: errTooDeep},
-		{name: "deep batch", in: strings.Repeat("[", 1<<20), wantErr: errTooDeep},
+		{name: "string", in: `"x"`, wantErr: jsonx.ErrNotObject},
+		{name: "number", in: `1`, wantErr: jsonx.ErrNotObject},
+		{name: "null", in: `null`, wantErr: jsonx.ErrNotObject},
+		{name: "empty", in: ``, wantErr: jsonx.ErrSyntax},
+		{name: "whitespace", in: " \r\n\t", wantErr: jsonx.ErrSyntax},
+		{name: "garbage", in: `hello`, wantErr: jsonx.ErrSyntax},
+		{name: "second object", in: `{"jsonrpc":"2.0","method":"x"}{"jsonrpc":"2.0","method":"y"}`, wantErr: jsonx.ErrTrailing},
+		{name: "trailing garbage", in: `{"jsonrpc":"2.0","method":"x"} x`, wantErr: jsonx.ErrTrailing},
+		{name: "trailing NUL", in: "{\"jsonrpc\":\"2.0\",\"method\":\"x\"}\x00", wantErr: jsonx.ErrTrailing},
+		{name: "NUL inside", in: "{\"jsonrpc\":\"2.0\",\x00\"method\":\"x\"}", wantErr: jsonx.ErrSyntax},
+		{name: "raw NUL in method", in: "{\"jsonrpc\":\"2.0\",\"method\":\"x\x00\"}", wantErr: jsonx.ErrSyntax},
+		{name: "invalid escape", in: `{"jsonrpc":"2.0","method":"\q"}`, wantErr: jsonx.ErrSyntax},
+		{name: "short unicode escape", in: `{"jsonrpc":"2.0","method":"\u00"}`, wantErr: jsonx.ErrSyntax},
+		{name: "unterminated", in: `{"jsonrpc":"2.0","method":"x"`, wantErr: jsonx.ErrSyntax},
+		{name: "leading zero in params", in: `{"jsonrpc":"2.0","method":"x","params":[01]}`, wantErr: jsonx.ErrSyntax},
+		{name: "bad number id", in: `{"jsonrpc":"2.0","id":-,"method":"x"}`, wantErr: jsonx.ErrSyntax},
+		{name: "too deep", in: `{"jsonrpc":"2.0","method":"x","params":` + deep(jsonx.MaxDepth) + `}`, wantErr: jsonx.ErrTooDeep},
+		{name: "far too deep", in: `{"jsonrpc":"2.0","method":"x","params":` + strings.Repeat(`{"a":`, 1<<20), wantErr: jsonx.ErrTooDeep},
+		{name: "deep batch", in: strings.Repeat("[", 1<<20), wantErr: jsonx.ErrTooDeep},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -210,11 +212,11 @@ func TestParseEnvelope(t *testing.T) {
 			if err != nil {
 				// Only syntax errors may be invalid JSON (fail closed: what
 				// the parser refuses as a message is still JSON).
-				syntax := errors.Is(err, errSyntax) || errors.Is(err, errTrailing) || errors.Is(err, errTooDeep)
+				syntax := errors.Is(err, jsonx.ErrSyntax) || errors.Is(err, jsonx.ErrTrailing) || errors.Is(err, jsonx.ErrTooDeep)
 				if !syntax && !json.Valid([]byte(tc.in)) {
 					t.Errorf("parseEnvelope(%q) = %v but the input is not valid JSON", in, err)
 				}
-				if errors.Is(err, errSyntax) || errors.Is(err, errTrailing) {
+				if errors.Is(err, jsonx.ErrSyntax) || errors.Is(err, jsonx.ErrTrailing) {
 					if json.Valid([]byte(tc.in)) {
 						t.Errorf("parseEnvelope(%q) = %v but json.Valid accepts it", in, err)
 					}
@@ -261,146 +263,32 @@ func TestInternMethod(t *testing.T) {
 	}
 }
 
-func TestMembers(t *testing.T) {
+// TestParseEnvelopeKind: every message gets the kind its members make.
+func TestParseEnvelopeKind(t *testing.T) {
 	tests := []struct {
-		name    string
-		obj     string
-		names   []string
-		want    []string // "<nil>" for absent
-		wantErr error
+		in   string
+		want jsonx.Kind
 	}{
-		{name: "found and absent", obj: `{"name":"echo","task":{"ttl":1000},"x":1}`, names: []string{"name", "task", "missing"}, want: []string{`"echo"`, `{"ttl":1000}`, "<nil>"}},
-		{name: "no names", obj: `{"a":1}`, want: []string{}},
-		{name: "empty object", obj: ` { } `, names: []string{"a"}, want: []string{"<nil>"}},
-		{name: "escaped key", obj: `{"n\u0061me":"x"}`, names: []string{"name"}, want: []string{`"x"`}},
-		{name: "nested keys not seen", obj: `{"a":{"name":1}}`, names: []string{"name"}, want: []string{"<nil>"}},
-		{name: "whitespace kept out of values", obj: `{ "a" :  [1, 2]  }`, names: []string{"a"}, want: []string{`[1, 2]`}},
-		{name: "NUL-suffixed key is another key", obj: `{"task\u0000":{}}`, names: []string{"task"}, want: []string{"<nil>"}},
-		{name: "case variant of an unwanted name is fine", obj: `{"Other":1,"name":"x"}`, names: []string{"name"}, want: []string{`"x"`}},
-		{name: "duplicate", obj: `{"task":{},"task":{"ttl":1}}`, names: []string{"task"}, wantErr: errDupMember},
-		{name: "duplicate via escape", obj: `{"task":{},"t\u0061sk":{}}`, names: []string{"task"}, wantErr: errDupMember},
-		{name: "duplicate null", obj: `{"task":null,"task":null}`, names: []string{"task"}, wantErr: errDupMember},
-		{name: "odd case", obj: `{"Task":{}}`, names: []string{"task"}, wantErr: errOddMember},
-		{name: "Kelvin sign", obj: "{\"tas\u212a\":{}}", names: []string{"task"}, wantErr: errOddMember},
-		{name: "escaped Kelvin sign", obj: `{"tas\u212a":{}}`, names: []string{"task"}, wantErr: errOddMember},
-		{name: "long s", obj: `{"ta\u017fk":{}}`, names: []string{"task"}, wantErr: errOddMember},
-		{name: "not an object", obj: `[1]`, names: []string{"a"}, wantErr: errNotObject},
-		{name: "string", obj: `"a"`, names: []string{"a"}, wantErr: errNotObject},
-		{name: "empty", obj: ``, names: []string{"a"}, wantErr: errNotObject},
-		{name: "invalid", obj: `{"a":}`, names: []string{"a"}, wantErr: errSyntax},
-		{name: "too deep", obj: `{"a":` + strings.Repeat("[", maxDepth) + `}`, names: []string{"a"}, wantErr: errTooDeep},
+		{in: `{"jsonrpc":"2.0","id":1,"method":"tasks/get"}`, want: jsonx.KindRequest},
+		{in: `{"jsonrpc":"2.0","id":"x","method":"x"}`, want: jsonx.KindRequest},
+		{in: `{"jsonrpc":"2.0","method":"tasks/get"}`, want: jsonx.KindNotification},
+		{in: `{"jsonrpc":"2.0","id":1,"result":{}}`, want: jsonx.KindResponse},
+		{in: `{"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"m"}}`, want: jsonx.KindResponse},
+		{in: `{"jsonrpc":"2.0","id":null,"error":{"code":1,"message":"m"}}`, want: jsonx.KindResponse},
+		{in: `{"jsonrpc":"2.0","result":{}}`, want: jsonx.KindResponse},
+		{in: `{"jsonrpc":"2.0","method":"","id":1,"result":{}}`, want: jsonx.KindResponse},
+		{in: `{"jsonrpc":"2.0","id":1,"method":"x","result":{}}`, want: jsonx.KindRequest},
+		{in: `{"jsonrpc":"2.0","id":1}`, want: jsonx.KindNone},
+		{in: `{"jsonrpc":"2.0","method":"","id":1}`, want: jsonx.KindNone},
+		{in: `[{"jsonrpc":"2.0","method":"x"}]`, want: jsonx.KindBatch},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			vals, err := members([]byte(tc.obj), tc.names...)
-			if !errors.Is(err, tc.wantErr) || (err == nil) != (tc.wantErr == nil) {
-				t.Fatalf("members(%q, %q) = %v, want %v", tc.obj, tc.names, err, tc.wantErr)
-			}
-			if err != nil {
-				return
-			}
-			got := make([]string, len(vals))
-			for i, v := range vals {
-				if v == nil {
-					got[i] = "<nil>"
-				} else {
-					got[i] = string(v)
-				}
-			}
-			if diff := cmp.Diff(tc.want, got); diff != "" {
-				t.Errorf("members(%q, %q) mismatch (-want +got):\n%s", tc.obj, tc.names, diff)
-			}
-		})
-	}
-}
-
-func TestSetMember(t *testing.T) {
-	tests := []struct {
-		name    string
-		obj     string
-		key     string
-		val     string
-		want    string
-		wantErr error
-	}{
-		{name: "replace", obj: `{"a":1,"b":2,"c":3}`, key: "b", val: `"x"`, want: `{"a":1,"b":"x","c":3}`},
-		{name: "append", obj: `{"a":1}`, key: "_meta", val: `{}`, want: `{"a":1,"_meta":{}}`},
-		{name: "into empty", obj: `{}`, key: "a", val: `null`, want: `{"a":null}`},
-		{name: "into empty with space", obj: " { \n} ", key: "a", val: `1`, want: `{"a":1}`},
-		{name: "whitespace between members dropped, values kept", obj: "{ \"a\" : [1, 2] ,\n\"b\":2 }", key: "b", val: `3`, want: `{"a":[1, 2],"b":3}`},
-		{name: "duplicates collapse to one", obj: `{"a":1,"b":2,"a":3}`, key: "a", val: `9`, want: `{"a":9,"b":2}`},
-		{name: "escaped key replaced, spelling kept", obj: `{"\u0061":1}`, key: "a", val: `2`, want: `{"\u0061":2}`},
-		{name: "other escaped keys kept", obj: `{"x\"y":1}`, key: "a", val: `2`, want: `{"x\"y":1,"a":2}`},
-		{name: "case variant is another key", obj: `{"A":1}`, key: "a", val: `2`, want: `{"A":1,"a":2}`},
-		{name: "nested same key untouched", obj: `{"o":{"a":1}}`, key: "a", val: `2`, want: `{"o":{"a":1},"a":2}`},
-		{name: "related-task meta", obj: `{"progressToken":1}`, key: metaRelatedTask, val: `{"taskId":"t"}`, want: `{"progressToken":1,"io.modelcontextprotocol/related-task":{"taskId":"t"}}`},
-		{name: "not an object", obj: `[]`, key: "a", val: `1`, wantErr: errNotObject},
-		{name: "invalid", obj: `{"a":1,}`, key: "a", val: `1`, wantErr: errSyntax},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := setMember([]byte(tc.obj), tc.key, []byte(tc.val))
-			if !errors.Is(err, tc.wantErr) || (err == nil) != (tc.wantErr == nil) {
-				t.Fatalf("setMember(%q, %q, %q) = %v, want %v", tc.obj, tc.key, tc.val, err, tc.wantErr)
-			}
-			if err != nil {
-				return
-			}
-			if string(got) != tc.want {
-				t.Errorf("setMember(%q, %q, %q) = %s, want %s", tc.obj, tc.key, tc.val, got, tc.want)
-			}
-			if !json.Valid(got) {
-				t.Errorf("setMember(%q, %q, %q) = %s: not valid JSON", tc.obj, tc.key, tc.val, got)
-			}
-		})
-	}
-}
-
-func TestDeleteMember(t *testing.T) {
-	tests := []struct {
-		name    string
-		obj     string
-		key     string
-		want    string
-		wantErr error
-	}{
-		{name: "first", obj: `{"task":{"ttl":1},"name":"x","arguments":{}}`, key: "task", want: `{"name":"x","arguments":{}}`},
-		{name: "middle", obj: `{"name":"x","task":{},"arguments":{}}`, key: "task", want: `{"name":"x","arguments":{}}`},
-		{name: "last", obj: `{"name":"x","task":{}}`, key: "task", want: `{"name":"x"}`},
-		{name: "only", obj: `{"task":{}}`, key: "task", want: `{}`},
-		{name: "absent", obj: `{ "name" : "x" }`, key: "task", want: `{"name":"x"}`},
-		{name: "all duplicates", obj: `{"task":1,"a":2,"task":3}`, key: "task", want: `{"a":2}`},
-		{name: "escaped spelling", obj: `{"t\u0061sk":1,"a":2}`, key: "task", want: `{"a":2}`},
-		{name: "case variant kept", obj: `{"Task":1}`, key: "task", want: `{"Task":1}`},
-		{name: "nested kept", obj: `{"_meta":{"task":1}}`, key: "task", want: `{"_meta":{"task":1}}`},
-		{name: "not an object", obj: `null`, key: "task", wantErr: errNotObject},
-		{name: "invalid", obj: `{"task":}`, key: "task", wantErr: errSyntax},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := deleteMember([]byte(tc.obj), tc.key)
-			if !errors.Is(err, tc.wantErr) || (err == nil) != (tc.wantErr == nil) {
-				t.Fatalf("deleteMember(%q, %q) = %v, want %v", tc.obj, tc.key, err, tc.wantErr)
-			}
-			if err == nil && string(got) != tc.want {
-				t.Errorf("deleteMember(%q, %q) = %s, want %s", tc.obj, tc.key, got, tc.want)
-			}
-		})
-	}
-}
-
-// TestEditObjectDoesNotAlias: the result is a new buffer; the input is
-// untouched (callers keep using the request body).
-func TestEditObjectDoesNotAlias(t *testing.T) {
-	obj := []byte(`{"name":"x","task":{}}`)
-	orig := string(obj)
-	out, err := deleteMember(obj, "task")
-	if err != nil {
-		t.Fatal(err)
-	}
-	out = append(out[:0], "XXXXXXXXXXXXXXXXXXXXXXXXXXXX"...)
-	_ = out
-	if string(obj) != orig {
-		t.Errorf("deleteMember changed its input: %q", obj)
+		env, err := parseEnvelope([]byte(tc.in))
+		if err != nil {
+			t.Fatalf("parseEnvelope(%q) = %v", tc.in, err)
+		}
+		if env.kind != tc.want {
+			t.Errorf("parseEnvelope(%q).kind = %v, want %v", tc.in, env.kind, tc.want)
+		}
 	}
 }

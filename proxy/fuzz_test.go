@@ -4,11 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"io"
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
+	"github.com/taskgate/taskgate/proxy/jsonx"
 )
 
 // FuzzParseEnvelope: the parser never panics; syntax errors
@@ -38,7 +37,7 @@ func FuzzParseEnvelope(f *testing.F) {
 		`[[]]`,
 		`[1,{"jsonrpc":"2.0","method":"x"}]`,
 		`{"jsonrpc":"2.0","id":1,"method":"x","params":{"s":"` + strings.Repeat("x", 4<<10) + `"}}`,
-		`{"jsonrpc":"2.0","method":"x","params":` + strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1) + `}`,
+		`{"jsonrpc":"2.0","method":"x","params":` + strings.Repeat("[", jsonx.MaxDepth+1) + strings.Repeat("]", jsonx.MaxDepth+1) + `}`,
 		`{"jsonrpc":"2.0","id":-0,"method":"x"} `,
 		`{"jsonrpc":"2.0","id":1e2,"method":"x"}`,
 	} {
@@ -52,9 +51,9 @@ func FuzzParseEnvelope(f *testing.F) {
 		}
 		valid := json.Valid(b)
 		switch {
-		case errors.Is(err, errTooDeep):
+		case errors.Is(err, jsonx.ErrTooDeep):
 			return
-		case errors.Is(err, errSyntax), errors.Is(err, errTrailing):
+		case errors.Is(err, jsonx.ErrSyntax), errors.Is(err, jsonx.ErrTrailing):
 			if valid {
 				t.Fatalf("parseEnvelope(%q) = %v, but json.Valid accepts it", b, err)
 			}
@@ -108,153 +107,5 @@ func checkAgainstEncodingJSON(t *testing.T, b []byte, env envelope) {
 	}
 	if string(m["jsonrpc"]) != `"2.0"` {
 		t.Fatalf("parseEnvelope(%q) accepted jsonrpc %q", b, m["jsonrpc"])
-	}
-}
-
-// FuzzSetMember: setMember and deleteMember on a valid object give a valid
-// object whose members (as encoding/json decodes them) are the input's with
-// key set or removed.
-func FuzzSetMember(f *testing.F) {
-	f.Add([]byte(`{"name":"x","task":{"ttl":1}}`), "task", []byte(`{}`))
-	f.Add([]byte(`{}`), "_meta", []byte(`{"io.modelcontextprotocol/related-task":{"taskId":"t"}}`))
-	f.Add([]byte(`{"a":1,"a":2,"b":3}`), "a", []byte(`null`))
-	f.Add([]byte(`{"t\u0061sk":1}`), "task", []byte(`"x"`))
-	f.Add([]byte(` { "A" : [1, {"a":2}] } `), "a", []byte(`[]`))
-	f.Add([]byte(`[]`), "a", []byte(`1`))
-	f.Fuzz(func(t *testing.T, obj []byte, key string, val []byte) {
-		set, serr := setMember(obj, key, val)
-		del, derr := deleteMember(obj, key)
-		var in map[string]json.RawMessage
-		if json.Unmarshal(obj, &in) != nil || !json.Valid(val) || !plainKey(key) {
-			return // preconditions of setMember do not hold; only no panic
-		}
-		if errors.Is(serr, errTooDeep) || errors.Is(derr, errTooDeep) {
-			return
-		}
-		if serr != nil || derr != nil {
-			t.Fatalf("setMember/deleteMember(%q, %q) = %v, %v on a valid object", obj, key, serr, derr)
-		}
-		for _, c := range []struct {
-			name string
-			out  []byte
-			want map[string]string
-		}{
-			{name: "setMember", out: set, want: decodedMembers(in, key, compact(t, val))},
-			{name: "deleteMember", out: del, want: decodedMembers(in, key, "")},
-		} {
-			if !json.Valid(c.out) {
-				t.Fatalf("%s(%q, %q) = %q: invalid JSON", c.name, obj, key, c.out)
-			}
-			var got map[string]json.RawMessage
-			if err := json.Unmarshal(c.out, &got); err != nil {
-				t.Fatalf("%s(%q, %q) = %q: %v", c.name, obj, key, c.out, err)
-			}
-			if diff := cmp.Diff(c.want, decodedMembers(got, "", "")); diff != "" {
-				t.Fatalf("%s(%q, %q) = %q: members mismatch (-want +got):\n%s", c.name, obj, key, c.out, diff)
-			}
-		}
-	})
-}
-
-// plainKey reports whether key can be written between quotes unescaped.
-func plainKey(key string) bool {
-	for _, c := range []byte(key) {
-		if c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
-			return false
-		}
-	}
-	return true
-}
-
-func compact(t *testing.T, v []byte) string {
-	var b bytes.Buffer
-	if err := json.Compact(&b, v); err != nil {
-		t.Fatalf("json.Compact(%q): %v", v, err)
-	}
-	return b.String()
-}
-
-// decodedMembers turns m into compacted strings, with key set to val (or
-// removed when val is "").
-func decodedMembers(m map[string]json.RawMessage, key, val string) map[string]string {
-	out := make(map[string]string, len(m)+1)
-	for k, v := range m {
-		var b bytes.Buffer
-		_ = json.Compact(&b, v)
-		out[k] = b.String()
-	}
-	if key != "" {
-		delete(out, key)
-		if val != "" {
-			out[key] = val
-		}
-	}
-	return out
-}
-
-// FuzzSSEReader: the reader never panics or loops, never reports more raw
-// bytes than it read, and every event re-emitted by appendSSERewritten
-// reads back with the same id, name, retry and data.
-func FuzzSSEReader(f *testing.F) {
-	f.Add([]byte("id: 1\nevent: message\nretry: 10\ndata: a\ndata: b\n\n"), 0)
-	f.Add([]byte("data: a\r\rdata: b\r\n\r\n: c\n\n"), 16)
-	f.Add([]byte("\n\r\r\ndata: x"), 0)
-	f.Add([]byte("data: "+strings.Repeat("y", 20000)+"\n\n"), 1000)
-	f.Fuzz(func(t *testing.T, in []byte, max int) {
-		if max < 0 {
-			max = -max
-		}
-		r := newSSEReader(bytes.NewReader(in), max)
-		total := 0
-		for n := 0; ; n++ {
-			if n > len(in)+1 {
-				t.Fatalf("more events than input bytes: the reader loops")
-			}
-			ev, err := r.next()
-			if ev != nil {
-				total += len(ev.raw)
-				if !bytes.Contains(in, ev.raw) {
-					t.Fatalf("raw %q is not part of the input", ev.raw)
-				}
-				if max > 0 && len(ev.raw) > max {
-					t.Fatalf("event of %d bytes over the limit %d", len(ev.raw), max)
-				}
-				if err == nil {
-					checkSSERoundTrip(t, ev)
-				}
-			}
-			if err != nil {
-				if !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, errEventTooLarge) {
-					t.Fatalf("unexpected error %v", err)
-				}
-				break
-			}
-		}
-		if total > len(in) {
-			t.Fatalf("%d raw bytes from %d input bytes", total, len(in))
-		}
-	})
-}
-
-func checkSSERoundTrip(t *testing.T, ev *sseEvent) {
-	t.Helper()
-	if bytes.ContainsAny(ev.id, "\r\n") || bytes.ContainsAny(ev.name, "\r\n") {
-		t.Fatalf("field with a line end: id %q name %q", ev.id, ev.name)
-	}
-	want := viewSSE(ev)
-	want.Raw = ""
-	if !want.HasID || want.ID == "" {
-		// appendSSE writes no id line for an empty id.
-		want.ID, want.HasID = "", false
-	}
-	out := appendSSERewritten(nil, ev, ev.data)
-	back, err := newSSEReader(bytes.NewReader(out), 0).next()
-	if err != nil {
-		t.Fatalf("reading back %q: %v", out, err)
-	}
-	got := viewSSE(back)
-	got.Raw = ""
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Fatalf("round trip through %q mismatch (-want +got):\n%s", out, diff)
 	}
 }

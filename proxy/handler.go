@@ -23,6 +23,7 @@ import (
 
 	"github.com/taskgate/taskgate/policy"
 	"github.com/taskgate/taskgate/proxy/engine"
+	"github.com/taskgate/taskgate/proxy/jsonx"
 	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/proxy/upstream"
 	"github.com/taskgate/taskgate/taskstore"
@@ -371,7 +372,7 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 				return
 			}
 			if h.tasksActive(&rc.Request.Header) && len(rc.Request.Header.Peek(headerSessionID)) > 0 {
-				info.method = "get_stream"
+				info.method = metricGetStream
 				h.getStream(rc, &info)
 				return
 			}
@@ -382,17 +383,17 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 	env, err := parseEnvelope(rc.PostBody())
 	if err != nil {
 		code := codeInvalidRequest
-		if errors.Is(err, errSyntax) || errors.Is(err, errTooDeep) || errors.Is(err, errTrailing) {
+		if errors.Is(err, jsonx.ErrSyntax) || errors.Is(err, jsonx.ErrTooDeep) || errors.Is(err, jsonx.ErrTrailing) {
 			code = codeParseError
 		}
 		info.outcome = "malformed"
 		h.httpRPCError(rc, fasthttp.StatusBadRequest, nil, code, "taskgate: "+err.Error())
 		return
 	}
-	if env.batch != nil {
-		info.method = "batch"
+	if env.kind == jsonx.KindBatch {
+		info.method = metricBatch
 		for i := range env.batch {
-			if m := env.batch[i].method; h.intercepts(m) && (m == methodInitialize || h.tasksActive(&rc.Request.Header)) {
+			if h.refusedInBatch(env.batch[i].spec, &rc.Request.Header) {
 				info.outcome = "batch_refused"
 				h.httpRPCError(rc, fasthttp.StatusBadRequest, nil, codeInvalidRequest,
 					fmt.Sprintf("taskgate: %s cannot be sent in a batch", env.batch[i].method))
@@ -406,39 +407,25 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 	if h.w26.serve(rc, &info, &env) {
 		return
 	}
-	if !h.native.Load() && h.reservedID(rc, &info, &env) {
-		return
-	}
-	if env.method == "" && env.id != nil && (env.hasResult || env.hasError) && !h.native.Load() &&
+	if env.isResponse() && env.id != nil && !h.native.Load() &&
 		h.tasksActive(&rc.Request.Header) && h.clientAnswer(rc, &info, &env) {
 		return // E-35: the answer to a relayed request went to its task's runner
 	}
-	if h.native.Load() && env.method != methodInitialize {
+	// The method table (methods.go) decides the rest.
+	spec := env.spec
+	switch {
+	case h.native.Load() && (spec == nil || !spec.always),
+		spec == nil || spec.serve == none:
 		h.pass(rc, &info, env.id)
-		return
-	}
-	switch env.method {
-	case methodInitialize:
-		h.initialize(rc, &info, &env)
-	case methodToolsList:
-		h.toolsList(rc, &info, &env)
-	case methodToolsCall:
-		h.toolsCall(rc, &info, &env)
-	case methodTasksGet, methodTasksResult, methodTasksList, methodTasksCancel:
-		if !h.tasksActive(&rc.Request.Header) {
-			// A session not at 2025-11-25 has no tasks from taskgate: the
-			// upstream answers as if taskgate were not there (T-11).
-			h.pass(rc, &info, env.id)
-			return
-		}
-		if !env.isRequest() {
-			info.outcome = "invalid"
-			h.httpRPCError(rc, fasthttp.StatusBadRequest, nil, codeInvalidRequest, "taskgate: "+env.method+" must be a request with an id")
-			return
-		}
-		h.tasksMethod(rc, &info, &env)
+	case spec.tasksOnly && !h.tasksActive(&rc.Request.Header):
+		// A session not at 2025-11-25 has no tasks from taskgate: the
+		// upstream answers as if taskgate were not there (T-11).
+		h.pass(rc, &info, env.id)
+	case spec.needsID && !env.isRequest():
+		info.outcome = "invalid"
+		h.httpRPCError(rc, fasthttp.StatusBadRequest, nil, codeInvalidRequest, "taskgate: "+env.method+" must be a request with an id")
 	default:
-		h.pass(rc, &info, env.id)
+		h.serveMethod(spec, rc, &info, &env)
 	}
 }
 
@@ -451,17 +438,6 @@ func ambiguousHeader(hdr *fasthttp.RequestHeader) string {
 		}
 	}
 	return ""
-}
-
-// intercepts reports whether the proxy handles method itself (and so
-// refuses it inside a batch).
-func (h *Handler) intercepts(method string) bool {
-	switch method {
-	case methodInitialize, methodToolsList, methodToolsCall,
-		methodTasksGet, methodTasksResult, methodTasksList, methodTasksCancel:
-		return !h.native.Load() || method == methodInitialize
-	}
-	return false
 }
 
 // outcomeClientGone is the outcome of a request whose client closed the
@@ -727,11 +703,11 @@ func (h *Handler) reservedID(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 	if env.method != notificationCancelled || env.id != nil || env.params == nil {
 		return false
 	}
-	vals, err := members(env.params, "requestId")
+	vals, err := jsonx.Members(env.params, "requestId")
 	if err != nil {
 		return false
 	}
-	if id, ok := unquoteValue(vals[0]); ok && strings.HasPrefix(id, upstreamIDPrefix) {
+	if id, ok := jsonx.UnquoteValue(vals[0]); ok && strings.HasPrefix(id, upstreamIDPrefix) {
 		info.outcome = "ignored"
 		rc.SetStatusCode(fasthttp.StatusAccepted)
 		return true

@@ -65,30 +65,28 @@ var importRules = []importRule{
 	},
 	{
 		pkgs:   []string{"proxy/wire2026/..."},
-		forbid: []string{fasthttpPath},
-		why:    "the 2026-07-28 wire renders shapes; the HTTP layer calls it, it does not speak HTTP",
+		forbid: []string{fasthttpPath, "..."},
+		why:    "the 2026-07-28 wire's shapes: the HTTP layer renders them, they speak no HTTP and need nothing of taskgate",
 	},
 	{
 		pkgs:   []string{"proxy/engine/..."},
-		forbid: []string{fasthttpPath, "proxy/wire2026/..."},
-		why:    "the task engine knows no wire: not fasthttp, not either era's JSON shapes",
+		forbid: []string{fasthttpPath, "github.com/prometheus/...", "proxy/...", "capability/...", "cmd/..."},
+		why: "the task engine knows no wire: not fasthttp, not either era's JSON shapes or scanner, not the upstream's transport " +
+			"(it calls the upstream through its own Upstream interface) and no metrics library (it reports through Hooks)",
 	},
 	{
 		pkgs:   []string{"proxy/upstream/..."},
-		forbid: []string{"taskstore/...", "proxy/wire2026/..."},
-		future: true,
-		why:    "the upstream client is transport: it knows no task store and no client-side wire",
+		forbid: []string{"taskstore/...", "policy/...", "capability/...", "proxy/engine/...", "proxy/wire2026/...", "proxy/stdio/..."},
+		why:    "the upstream client is transport: it knows no task store, no policy, no engine and no client-side wire",
 	},
 	{
 		pkgs:   []string{"proxy/sse/..."},
 		forbid: []string{"taskstore/...", "policy/...", "capability/..."}, leavesOnly: []string{"..."},
-		future: true,
-		why:    "the SSE reader and writer are a primitive: they know no tasks and build on leaves only",
+		why: "the SSE reader and writer are a primitive: they know no tasks and build on leaves only",
 	},
 	{
 		pkgs:   []string{"proxy/jsonx/..."},
 		forbid: []string{"...", fasthttpPath},
-		future: true,
 		why:    "the JSON scanner and editor are the bottom of the tree: nothing of taskgate, no HTTP",
 	},
 	{
@@ -98,7 +96,7 @@ var importRules = []importRule{
 	},
 	{
 		pkgs:   []string{"proxy/stdio/..."},
-		forbid: []string{"taskstore/...", "policy/...", "capability/..."},
+		forbid: []string{"taskstore/...", "policy/...", "capability/...", "proxy/engine/...", "proxy/upstream/...", "proxy/wire2026/..."},
 		why:    "a stdio server is reached as an HTTP endpoint through Config.Dial: it knows nothing of tasks",
 	},
 }
@@ -332,6 +330,7 @@ func TestImportRuleChecker(t *testing.T) {
 	v, _ := importViolations(mod, importRules, graph)
 	want := []string{
 		mod + "/proxy/engine depends on " + mod + "/proxy: " + why("..."),
+		mod + "/proxy/engine depends on " + mod + "/proxy: " + why("proxy/engine/..."),
 		mod + "/proxy/wire2026 depends on github.com/valyala/fasthttp: " + why("proxy/wire2026/..."),
 	}
 	if !slices.Equal(v, want) {

@@ -119,14 +119,14 @@ func TestTaskResultLocalStreamKeepAlive(t *testing.T) {
 	before := cs.callsExcept("Recover")
 	s := e.openStream(alice, fmt.Sprintf(`{"jsonrpc":"2.0","id":"k","method":"tasks/result","params":{"taskId":%q}}`, task.TaskID))
 	for {
-		ev, err := s.r.next()
+		ev, err := s.r.Next()
 		if err != nil {
 			t.Fatalf("stream ended before a keep-alive: %v", err)
 		}
-		if len(ev.data) > 0 {
-			t.Fatalf("event before the call ended: %q", ev.raw)
+		if len(ev.Data) > 0 {
+			t.Fatalf("event before the call ended: %q", ev.Raw)
 		}
-		if strings.Contains(string(ev.raw), ": keep-alive") {
+		if strings.Contains(string(ev.Raw), ": keep-alive") {
 			break
 		}
 	}

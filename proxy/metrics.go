@@ -136,21 +136,6 @@ func (h *Handler) taskEvent(event, tool string) {
 	h.m.tasks.WithLabelValues(event, h.toolLabel(tool)).Inc()
 }
 
-// metricMethod bounds label cardinality: client-chosen method names are not
-// used as labels unless they are MCP methods the proxy knows.
-func metricMethod(m string) string {
-	switch m {
-	case "", "batch", methodInitialize, methodToolsList, methodToolsCall, methodTasksGet,
-		methodTasksResult, methodTasksList, methodTasksCancel, methodPing,
-		"notifications/initialized", notificationCancelled, "resources/list", "resources/read",
-		"resources/templates/list", "prompts/list", "prompts/get", "completion/complete",
-		"logging/setLevel", "notifications/progress", "notifications/roots/list_changed", "get_stream",
-		methodDiscover, methodTasksUpdate:
-		return m
-	}
-	return "other"
-}
-
 // engineHooks reports the task engine's events as this Handler's metrics.
 func (h *Handler) engineHooks() engine.Hooks {
 	return engine.Hooks{

@@ -10,6 +10,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/taskgate/taskgate/policy"
+	"github.com/taskgate/taskgate/proxy/jsonx"
 	"github.com/taskgate/taskgate/proxy/wire2026"
 )
 
@@ -36,13 +37,6 @@ import (
 // 2025 sessions) on the other by the same owner, and a tool result with
 // isError true reads as failed on the 2025 wire and as completed on this
 // one.
-
-// Methods of the 2026 wire that the 2025 wire does not have, and the other
-// way round.
-const (
-	methodDiscover    = "server/discover"
-	methodTasksUpdate = "tasks/update"
-)
 
 // modernWire serves the 2026 wire of one Handler.
 type modernWire struct {
@@ -93,7 +87,7 @@ var metaVersionKey = []byte(wire2026.MetaProtocolVersion)
 // It must stay cheap for 2025 requests: they are told apart by a header
 // comparison and a substring search of params, without allocating.
 func (w *modernWire) serve(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) bool {
-	if env.method == "" || env.method == methodInitialize || env.batch != nil {
+	if !env.hasMethod() || (env.spec != nil && env.spec.not2026) {
 		return false
 	}
 	hdr := &rc.Request.Header
@@ -151,19 +145,7 @@ func (w *modernWire) serve(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope
 		return true
 	}
 	info.method = env.method
-	switch env.method {
-	case methodToolsCall:
-		w.toolsCall(rc, info, env, &m, era)
-	case methodTasksGet, methodTasksUpdate, methodTasksCancel:
-		w.tasksMethod(rc, info, env, &m)
-	case methodTasksResult, methodTasksList:
-		w.fail(rc, info, env.id, 404, codeMethodNotFound,
-			"taskgate: "+env.method+" does not exist at protocol version "+wire2026.ProtocolVersion+"; tasks/get carries the result", nil)
-	case methodDiscover:
-		w.discover(rc, info, env, era)
-	default:
-		w.forward(rc, info, env, era)
-	}
+	w.serveMethod(env.spec, rc, info, env, &m, era)
 	return true
 }
 
@@ -193,16 +175,16 @@ func parseModernMeta(params []byte) (modernMeta, error) {
 	if params == nil {
 		return m, nil
 	}
-	vals, err := members(params, "_meta")
+	vals, err := jsonx.Members(params, "_meta")
 	if err != nil || vals[0] == nil || string(vals[0]) == "null" {
 		return m, err
 	}
-	mv, err := members(vals[0], wire2026.MetaProtocolVersion, wire2026.MetaClientCapabilities)
+	mv, err := jsonx.Members(vals[0], wire2026.MetaProtocolVersion, wire2026.MetaClientCapabilities)
 	if err != nil {
 		return m, err
 	}
 	if mv[0] != nil {
-		v, ok := unquoteValue(mv[0])
+		v, ok := jsonx.UnquoteValue(mv[0])
 		if !ok {
 			return m, errMetaVersion
 		}
@@ -213,7 +195,7 @@ func parseModernMeta(params []byte) (modernMeta, error) {
 			return m, errMetaCaps
 		}
 		m.hasCaps = true
-		cv, err := members(caps, "extensions", "elicitation", "sampling", "roots")
+		cv, err := jsonx.Members(caps, "extensions", "elicitation", "sampling", "roots")
 		if err != nil {
 			return m, err
 		}
@@ -221,7 +203,7 @@ func parseModernMeta(params []byte) (modernMeta, error) {
 		m.sampling = isObject(cv[2])
 		m.roots = isObject(cv[3])
 		if isObject(cv[0]) {
-			ev, err := members(cv[0], wire2026.ExtensionTasks)
+			ev, err := jsonx.Members(cv[0], wire2026.ExtensionTasks)
 			if err != nil {
 				return m, err
 			}
@@ -278,12 +260,12 @@ func (w *modernWire) toolsCall(rc *fasthttp.RequestCtx, info *reqInfo, env *enve
 		w.fail(rc, info, env.id, 400, codeInvalidRequest, "taskgate: tools/call must be a request with params", nil)
 		return
 	}
-	vals, err := members(env.params, "name", "requestState")
+	vals, err := jsonx.Members(env.params, "name", "requestState")
 	if err != nil {
 		w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: invalid tools/call params: "+err.Error(), nil)
 		return
 	}
-	name, ok := unquoteValue(vals[0])
+	name, ok := jsonx.UnquoteValue(vals[0])
 	if !ok {
 		w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: tools/call params.name must be a string", nil)
 		return
@@ -296,7 +278,7 @@ func (w *modernWire) toolsCall(rc *fasthttp.RequestCtx, info *reqInfo, env *enve
 		}
 	}
 	st := w.h.policy().For(name)
-	if state, ok := unquoteValue(vals[1]); ok && strings.HasPrefix(state, requestStatePrefix) {
+	if state, ok := jsonx.UnquoteValue(vals[1]); ok && strings.HasPrefix(state, requestStatePrefix) {
 		w.resumeHeld(rc, info, env, name, state)
 		return
 	}

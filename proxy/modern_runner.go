@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/taskgate/taskgate/proxy/jsonx"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
@@ -223,11 +224,11 @@ func (h *Handler) modernAnswers(ctx context.Context, j *job) {
 	}
 	answers := make([]keyVal, 0, len(raw))
 	for _, r := range raw {
-		vals, err := members(r, "key", "answer")
+		vals, err := jsonx.Members(r, "key", "answer")
 		if err != nil || vals[1] == nil {
 			continue
 		}
-		if k, ok := unquoteValue(vals[0]); ok {
+		if k, ok := jsonx.UnquoteValue(vals[0]); ok {
 			answers = append(answers, keyVal{key: k, val: vals[1]})
 		}
 	}
@@ -286,7 +287,7 @@ func (h *Handler) callModern(ctx context.Context, j *job) callResult {
 		if round >= maxRounds {
 			return internalFailure("upstream asked for input more than %d times in one call", maxRounds)
 		}
-		vals, err := members(res.Outcome.Raw, "inputRequests", "requestState")
+		vals, err := jsonx.Members(res.Outcome.Raw, "inputRequests", "requestState")
 		if err != nil || !isObject(vals[0]) {
 			return internalFailure("upstream answered input_required without an inputRequests object")
 		}
@@ -294,14 +295,14 @@ func (h *Handler) callModern(ctx context.Context, j *job) callResult {
 		if err != nil || len(reqs) == 0 {
 			return internalFailure("upstream answered input_required without questions")
 		}
-		state, _ := unquoteValue(vals[1])
+		state, _ := jsonx.UnquoteValue(vals[1])
 		ok := make(chan struct{})
 		mj.mu.Lock()
 		mj.round, mj.answers, mj.state, mj.roundOK = len(reqs), make(map[string][]byte, len(reqs)), state, ok
 		mj.mu.Unlock()
 		for _, r := range reqs {
-			qv, err := members(r.val, "method", "params")
-			method, _ := unquoteValue(qv[0])
+			qv, err := jsonx.Members(r.val, "method", "params")
+			method, _ := jsonx.UnquoteValue(qv[0])
 			if err != nil || !mj.declares(method) {
 				return internalFailure("upstream asked for %q, which the client of this task did not declare", method)
 			}
@@ -341,16 +342,16 @@ func (mj *modernJob) retryParams() ([]byte, error) {
 		resp = append(resp, v...)
 	}
 	resp = append(resp, '}')
-	out, err := setMember(mj.params, "inputResponses", resp)
+	out, err := jsonx.SetMember(mj.params, "inputResponses", resp)
 	if err != nil || mj.state == "" {
 		return out, err
 	}
-	return setMember(out, "requestState", appendJSONString(nil, mj.state))
+	return jsonx.SetMember(out, "requestState", appendJSONString(nil, mj.state))
 }
 
 // isInputRequired reports whether a result is an InputRequiredResult.
 func isInputRequired(result []byte) bool {
-	vals, err := members(result, "resultType")
+	vals, err := jsonx.Members(result, "resultType")
 	return err == nil && string(vals[0]) == `"input_required"`
 }
 

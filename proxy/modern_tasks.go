@@ -11,6 +11,7 @@ import (
 
 	"github.com/taskgate/taskgate/capability"
 	"github.com/taskgate/taskgate/policy"
+	"github.com/taskgate/taskgate/proxy/jsonx"
 	"github.com/taskgate/taskgate/proxy/wire2026"
 	"github.com/taskgate/taskgate/taskstore"
 )
@@ -247,7 +248,7 @@ func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 		return
 	}
 	info.taskID = taskID
-	vals, err := members(env.params, "inputResponses")
+	vals, err := jsonx.Members(env.params, "inputResponses")
 	if err != nil || !isObject(vals[0]) {
 		w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: a retry with requestState needs an inputResponses object", nil)
 		return
@@ -316,12 +317,12 @@ func (w *modernWire) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *en
 	var taskID string
 	var responses []byte
 	if env.params != nil {
-		vals, err := members(env.params, "taskId", "inputResponses")
+		vals, err := jsonx.Members(env.params, "taskId", "inputResponses")
 		if err != nil {
 			w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: invalid params: "+err.Error(), nil)
 			return
 		}
-		taskID, _ = unquoteValue(vals[0])
+		taskID, _ = jsonx.UnquoteValue(vals[0])
 		responses = vals[1]
 	}
 	if n, ok := headerName(rc.Request.Header.Peek(wire2026.HeaderName)); !ok || n != taskID || n == "" {
@@ -518,12 +519,12 @@ type keyVal struct {
 // splitObject returns the members of a JSON object in order.
 func splitObject(obj []byte) ([]keyVal, error) {
 	var out []keyVal
-	s := scanner{b: obj}
-	s.ws()
-	err := s.object(func(k []byte, escaped bool, v []byte) error {
-		name, ok := unquote(k, escaped)
+	s := jsonx.Scanner{B: obj}
+	s.Space()
+	err := s.Object(func(k []byte, escaped bool, v []byte) error {
+		name, ok := jsonx.Unquote(k, escaped)
 		if !ok {
-			return errSyntax
+			return jsonx.ErrSyntax
 		}
 		out = append(out, keyVal{key: name, val: v})
 		return nil
@@ -549,7 +550,7 @@ func upstreamParams(params []byte, era int) ([]byte, error) {
 	out := params
 	var err error
 	for _, k := range [...]string{"task", "inputResponses", "requestState"} {
-		if out, err = deleteMember(out, k); err != nil {
+		if out, err = jsonx.DeleteMember(out, k); err != nil {
 			return nil, err
 		}
 	}
@@ -562,20 +563,20 @@ func upstreamParams(params []byte, era int) ([]byte, error) {
 // stripModernMeta removes the per-request keys of the 2026 wire from
 // params._meta.
 func stripModernMeta(params []byte) ([]byte, error) {
-	vals, err := members(params, "_meta")
+	vals, err := jsonx.Members(params, "_meta")
 	if err != nil || !isObject(vals[0]) {
 		return params, err
 	}
 	meta := vals[0]
 	for _, k := range [...]string{wire2026.MetaProtocolVersion, wire2026.MetaClientCapabilities, wire2026.MetaClientInfo, wire2026.MetaLogLevel} {
-		if meta, err = deleteMember(meta, k); err != nil {
+		if meta, err = jsonx.DeleteMember(meta, k); err != nil {
 			return nil, err
 		}
 	}
 	if string(meta) == "{}" {
-		return deleteMember(params, "_meta")
+		return jsonx.DeleteMember(params, "_meta")
 	}
-	return setMember(params, "_meta", meta)
+	return jsonx.SetMember(params, "_meta", meta)
 }
 
 // appendCallBody appends a tools/call request with id and params.

@@ -13,6 +13,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/taskgate/taskgate/capability"
+	"github.com/taskgate/taskgate/proxy/jsonx"
+	"github.com/taskgate/taskgate/proxy/sse"
 	"github.com/taskgate/taskgate/proxy/wire2026"
 )
 
@@ -64,7 +66,7 @@ func (w *modernWire) upstreamEra() (era int, native bool, err error) {
 	era = era2025
 	if status == fasthttp.StatusOK {
 		if res, ok := resultOf(msg); ok {
-			if vals, err := members(res, "supportedVersions"); err == nil && bytes.Contains(vals[0], []byte(`"`+wire2026.ProtocolVersion+`"`)) {
+			if vals, err := jsonx.Members(res, "supportedVersions"); err == nil && bytes.Contains(vals[0], []byte(`"`+wire2026.ProtocolVersion+`"`)) {
 				era = era2026
 				_, native, _ = capability.RewriteDiscover(msg)
 			}
@@ -79,7 +81,7 @@ func (w *modernWire) upstreamEra() (era int, native bool, err error) {
 
 // resultOf returns the result object of a JSON-RPC response.
 func resultOf(msg []byte) ([]byte, bool) {
-	vals, err := members(msg, "result")
+	vals, err := jsonx.Members(msg, "result")
 	if err != nil || !isObject(vals[0]) {
 		return nil, false
 	}
@@ -115,17 +117,17 @@ func (w *modernWire) exchange(ctx context.Context, req *fasthttp.Request, answer
 		x.SetReusable(err == nil)
 		return status, msg, sid, err
 	}
-	r := newSSEReader(body, h.cfg.MaxResultSize)
+	r := sse.NewReader(body, h.cfg.MaxResultSize)
 	for {
-		ev, err := r.next()
-		if ev != nil && len(ev.data) > 0 {
-			env, perr := parseEnvelope(ev.data)
+		ev, err := r.Next()
+		if ev != nil && len(ev.Data) > 0 {
+			env, perr := parseEnvelope(ev.Data)
 			switch {
-			case perr != nil || env.batch != nil:
-			case env.method == "" && (env.hasResult || env.hasError):
+			case perr != nil || env.kind == jsonx.KindBatch:
+			case env.isResponse():
 				x.DrainEnd(body)
-				return status, append([]byte(nil), ev.data...), sid, nil
-			case env.method != "" && env.id != nil && answerTo != nil:
+				return status, append([]byte(nil), ev.Data...), sid, nil
+			case env.isRequest() && answerTo != nil:
 				var ans []byte
 				if env.method == methodPing {
 					ans = appendResultResponse(nil, env.id, []byte("{}"))
@@ -169,14 +171,14 @@ func (w *modernWire) prepareCall(rc *fasthttp.RequestCtx, req *fasthttp.Request,
 
 // plainCall forwards a 2026 tools/call that does not become a task.
 func (w *modernWire) plainCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, era int) {
-	params, err := deleteMember(env.params, "task")
+	params, err := jsonx.DeleteMember(env.params, "task")
 	if err != nil {
 		w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: invalid tools/call params: "+err.Error(), nil)
 		return
 	}
 	if era == era2026 {
 		if len(params) != len(env.params) {
-			body, err := setMember(rc.PostBody(), "params", params)
+			body, err := jsonx.SetMember(rc.PostBody(), "params", params)
 			if err != nil {
 				w.fail(rc, info, env.id, 400, codeInvalidRequest, "taskgate: "+err.Error(), nil)
 				return
@@ -489,11 +491,11 @@ func (b *bridgeSessions) open(s *bridgeSession, hdr *fasthttp.RequestHeader) err
 	if status != fasthttp.StatusOK || !ok {
 		return fmt.Errorf("opening an upstream session: upstream answered HTTP %d without an initialize result", status)
 	}
-	vals, err := members(res, "protocolVersion")
+	vals, err := jsonx.Members(res, "protocolVersion")
 	if err != nil {
 		return fmt.Errorf("opening an upstream session: %w", err)
 	}
-	s.version, _ = unquoteValue(vals[0])
+	s.version, _ = jsonx.UnquoteValue(vals[0])
 	if s.version == "" {
 		s.version = capability.ProtocolVersion
 	}
@@ -536,11 +538,11 @@ func (w *modernWire) reapLoop() {
 // input request instead) becomes -32603 with the upstream's message. Other
 // messages are returned as they are.
 func modernErrorCode(msg []byte) []byte {
-	vals, err := members(msg, "error")
+	vals, err := jsonx.Members(msg, "error")
 	if err != nil || !isObject(vals[0]) {
 		return msg
 	}
-	ev, err := members(vals[0], "code")
+	ev, err := jsonx.Members(vals[0], "code")
 	if err != nil {
 		return msg
 	}
@@ -553,11 +555,11 @@ func modernErrorCode(msg []byte) []byte {
 	default:
 		return msg
 	}
-	e, err := setMember(vals[0], "code", []byte(code))
+	e, err := jsonx.SetMember(vals[0], "code", []byte(code))
 	if err != nil {
 		return msg
 	}
-	if out, err := setMember(msg, "error", e); err == nil {
+	if out, err := jsonx.SetMember(msg, "error", e); err == nil {
 		return out
 	}
 	return msg

@@ -102,8 +102,8 @@ func (h *Handler) hashShort(v []byte) string {
 }
 
 // bridgeRequest rewrites MCP-Protocol-Version on a request of a session
-// whose upstream negotiated an older version than the client (issue 3 item
-// 10): the client speaks 2025-11-25 to taskgate, the upstream hears its own
+// whose upstream negotiated an older version than the client: the client
+// speaks 2025-11-25 to taskgate, the upstream hears its own
 // version. Only requests that carry 2025-11-25 are looked at, and the
 // session's version comes from memory, so plain pass-through of other
 // sessions never touches the store.

@@ -15,6 +15,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/valyala/fasthttp"
+
+	"github.com/taskgate/taskgate/proxy/sse"
 )
 
 // rpcErrorBody is a JSON-RPC error response as the proxy writes it.
@@ -465,20 +467,20 @@ func TestStreamingPassThrough(t *testing.T) {
 			if ct := string(resp.Header.ContentType()); ct != "text/event-stream" {
 				t.Fatalf("Content-Type = %q", ct)
 			}
-			r := newSSEReader(resp.BodyStream(), 0)
-			ev, err := r.next()
+			r := sse.NewReader(resp.BodyStream(), 0)
+			ev, err := r.Next()
 			if err != nil {
 				t.Fatalf("reading the first event while the upstream blocks: %v", err)
 			}
-			if string(ev.raw) != first {
-				t.Fatalf("first event = %q, want %q", ev.raw, first)
+			if string(ev.Raw) != first {
+				t.Fatalf("first event = %q, want %q", ev.Raw, first)
 			}
 			close(release)
-			ev, err = r.next()
-			if err != nil || string(ev.raw) != second {
+			ev, err = r.Next()
+			if err != nil || string(ev.Raw) != second {
 				t.Fatalf("second event = %v, %v; want %q", ev, err, second)
 			}
-			if _, err := r.next(); !errors.Is(err, io.EOF) {
+			if _, err := r.Next(); !errors.Is(err, io.EOF) {
 				t.Fatalf("after the last event: %v, want io.EOF", err)
 			}
 		})
@@ -579,13 +581,13 @@ func TestStreamIdleTimeout(t *testing.T) {
 		}, withTCP(), withConfig(func(c *Config) { c.StreamIdleTimeout = idle }))
 		closing = tp.up.closing
 		resp := tp.doStream(newRequest("GET", "", "Accept", "text/event-stream"))
-		r := newSSEReader(resp.BodyStream(), 0)
-		ev, err := r.next()
-		if err != nil || string(ev.raw) != first {
+		r := sse.NewReader(resp.BodyStream(), 0)
+		ev, err := r.Next()
+		if err != nil || string(ev.Raw) != first {
 			t.Fatalf("first event = %v, %v", ev, err)
 		}
 		start := time.Now()
-		if _, err := r.next(); err == nil {
+		if _, err := r.Next(); err == nil {
 			t.Fatalf("stream went on after the upstream went silent")
 		}
 		if d := time.Since(start); d > 5*time.Second {
@@ -750,10 +752,10 @@ func TestStreamMaxLifetime(t *testing.T) {
 	closing = tp.up.closing
 	start := time.Now()
 	resp := tp.doStream(newRequest("GET", "", "Accept", "text/event-stream"))
-	r := newSSEReader(resp.BodyStream(), 0)
+	r := sse.NewReader(resp.BodyStream(), 0)
 	events := 0
 	for {
-		if _, err := r.next(); err != nil {
+		if _, err := r.Next(); err != nil {
 			break
 		}
 		events++

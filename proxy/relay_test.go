@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/taskgate/taskgate/proxy/sse"
 )
 
 // connTracker records the remote address of each upstream request, to see
@@ -84,9 +86,9 @@ func TestRelayEndWait(t *testing.T) {
 				start := time.Now()
 				resp := tp.doStream(newPost(`{"jsonrpc":"2.0","id":1,"method":"resources/read","params":{}}`))
 				chunked := resp.Header.ContentLength() == -1
-				r := newSSEReader(resp.BodyStream(), 0)
-				ev, err := r.next()
-				if err != nil || string(ev.raw) != event {
+				r := sse.NewReader(resp.BodyStream(), 0)
+				ev, err := r.Next()
+				if err != nil || string(ev.Raw) != event {
 					t.Fatalf("answer %d: event %v, %v", i, ev, err)
 				}
 				if !tc.buffered && time.Since(start) >= tc.gap {
@@ -95,7 +97,7 @@ func TestRelayEndWait(t *testing.T) {
 				if chunked == tc.buffered {
 					t.Errorf("answer %d: chunked = %v, want %v", i, chunked, !tc.buffered)
 				}
-				if _, err := r.next(); err == nil {
+				if _, err := r.Next(); err == nil {
 					t.Fatalf("answer %d: more than one event", i)
 				}
 				_ = resp.CloseBodyStream()

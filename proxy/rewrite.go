@@ -9,6 +9,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/taskgate/taskgate/capability"
+	"github.com/taskgate/taskgate/proxy/jsonx"
+	"github.com/taskgate/taskgate/proxy/sse"
 	"github.com/taskgate/taskgate/proxy/upstream"
 )
 
@@ -36,8 +38,8 @@ func (h *Handler) forwardRewriting(rc *fasthttp.RequestCtx, info *reqInfo, id []
 		return
 	}
 	ct := resp.Header.ContentType()
-	sse := isEventStream(ct)
-	if resp.StatusCode() != fasthttp.StatusOK || (!sse && !isJSON(ct)) {
+	isSSE := isEventStream(ct)
+	if resp.StatusCode() != fasthttp.StatusOK || (!isSSE && !isJSON(ct)) {
 		// Hand the untouched answer (and its stream) to the client.
 		handOver(rc, resp)
 		h.relayResponse(rc)
@@ -48,7 +50,7 @@ func (h *Handler) forwardRewriting(rc *fasthttp.RequestCtx, info *reqInfo, id []
 	upstream.StripResponseHopByHop(&rc.Response.Header)
 	rc.Response.Header.ResetConnectionClose()
 	body := resp.BodyStream()
-	if !sse {
+	if !isSSE {
 		msg, err := readAllLimit(body, h.cfg.MaxResultSize)
 		_ = resp.CloseBodyStream()
 		fasthttp.ReleaseResponse(resp)
@@ -71,18 +73,18 @@ func (h *Handler) forwardRewriting(rc *fasthttp.RequestCtx, info *reqInfo, id []
 		defer fasthttp.ReleaseResponse(resp)
 		defer resp.CloseBodyStream() //nolint:errcheck // nothing to do about it
 		deadline := time.Now().Add(lifetime)
-		r := newSSEReader(body, max)
+		r := sse.NewReader(body, max)
 		done := false
 		buf := make([]byte, 0, 1024)
 		for time.Now().Before(deadline) {
-			ev, err := r.next()
+			ev, err := r.Next()
 			if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
 				return
 			}
-			if !done && len(ev.data) > 0 {
-				if env, perr := parseEnvelope(ev.data); perr == nil && env.method == "" && (env.hasResult || env.hasError) {
+			if !done && len(ev.Data) > 0 {
+				if env, perr := parseEnvelope(ev.Data); perr == nil && env.isResponse() {
 					done = true
-					buf = appendSSERewritten(buf[:0], ev, rw(ev.data))
+					buf = sse.AppendRewritten(buf[:0], ev, rw(ev.Data))
 					if _, werr := w.Write(buf); werr != nil {
 						return
 					}
@@ -92,7 +94,7 @@ func (h *Handler) forwardRewriting(rc *fasthttp.RequestCtx, info *reqInfo, id []
 					continue
 				}
 			}
-			if _, werr := w.Write(ev.raw); werr != nil || w.Flush() != nil || err != nil {
+			if _, werr := w.Write(ev.Raw); werr != nil || w.Flush() != nil || err != nil {
 				return
 			}
 		}
@@ -121,8 +123,8 @@ func readAllLimit(r io.Reader, max int) ([]byte, error) {
 func (h *Handler) initialize(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) {
 	requested := ""
 	if env.params != nil {
-		if vals, err := members(env.params, "protocolVersion"); err == nil && vals[0] != nil {
-			requested, _ = unquoteValue(vals[0])
+		if vals, err := jsonx.Members(env.params, "protocolVersion"); err == nil && vals[0] != nil {
+			requested, _ = jsonx.UnquoteValue(vals[0])
 		}
 	}
 	hasAuth := len(rc.Request.Header.Peek(fasthttp.HeaderAuthorization)) > 0
@@ -195,17 +197,4 @@ func (h *Handler) taskSupport(tool string) string {
 // not there (T-11).
 func (h *Handler) tasksActive(hdr *fasthttp.RequestHeader) bool {
 	return string(hdr.Peek(headerProtocolVersion)) == capability.ProtocolVersion
-}
-
-// unquoteValue decodes a raw JSON string value.
-func unquoteValue(v []byte) (string, bool) {
-	if len(v) < 2 || v[0] != '"' {
-		return "", false
-	}
-	s := scanner{b: v}
-	content, esc, err := s.str()
-	if err != nil {
-		return "", false
-	}
-	return unquote(content, esc)
 }

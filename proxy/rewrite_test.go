@@ -13,6 +13,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/taskgate/taskgate/policy"
+	"github.com/taskgate/taskgate/proxy/sse"
 )
 
 const (
@@ -128,19 +129,19 @@ func TestInitializeSSE(t *testing.T) {
 		t.Fatalf("events after the response not verbatim:\n got %q\nwant suffix %q", body, after)
 	}
 	mid := strings.TrimSuffix(strings.TrimPrefix(body, before), after)
-	r := newSSEReader(strings.NewReader(mid), 0)
-	ev, err := r.next()
+	r := sse.NewReader(strings.NewReader(mid), 0)
+	ev, err := r.Next()
 	if err != nil {
 		t.Fatalf("rewritten response event %q: %v", mid, err)
 	}
-	if string(ev.id) != "e3" || string(ev.name) != "message" || ev.retry != 500 {
-		t.Errorf("rewritten event id %q name %q retry %d, want e3, message, 500", ev.id, ev.name, ev.retry)
+	if string(ev.ID) != "e3" || string(ev.Name) != "message" || ev.Retry != 500 {
+		t.Errorf("rewritten event id %q name %q retry %d, want e3, message, 500", ev.ID, ev.Name, ev.Retry)
 	}
-	res := decodeResult[initView](t, ev.data)
+	res := decodeResult[initView](t, ev.Data)
 	if _, ok := res.Capabilities["tasks"]; !ok {
-		t.Errorf("rewritten result has no tasks capability: %s", ev.data)
+		t.Errorf("rewritten result has no tasks capability: %s", ev.Data)
 	}
-	if _, err := r.next(); !errors.Is(err, io.EOF) {
+	if _, err := r.Next(); !errors.Is(err, io.EOF) {
 		t.Errorf("more than one event in place of the response: %q", mid)
 	}
 }
@@ -359,12 +360,12 @@ func TestToolsList(t *testing.T) {
 				if !strings.HasPrefix(string(body), prefix) {
 					t.Fatalf("event before the response not verbatim: %q", body)
 				}
-				r := newSSEReader(strings.NewReader(strings.TrimPrefix(string(body), prefix)), 0)
-				ev, err := r.next()
-				if err != nil || string(ev.id) != "r" {
+				r := sse.NewReader(strings.NewReader(strings.TrimPrefix(string(body), prefix)), 0)
+				ev, err := r.Next()
+				if err != nil || string(ev.ID) != "r" {
 					t.Fatalf("response event: %v, %v", ev, err)
 				}
-				body = ev.data
+				body = ev.Data
 			}
 			res := decodeResult[toolsView](t, body)
 			got := map[string]string{}
@@ -436,17 +437,17 @@ func TestInitializeSSEStreams(t *testing.T) {
 	})
 	closing = tp.up.closing
 	resp := tp.doStream(newPost(initRequest))
-	r := newSSEReader(resp.BodyStream(), 0)
-	ev, err := r.next()
-	if err != nil || string(ev.raw) != first {
+	r := sse.NewReader(resp.BodyStream(), 0)
+	ev, err := r.Next()
+	if err != nil || string(ev.Raw) != first {
 		t.Fatalf("first event = %v, %v; want %q before the upstream continues", ev, err, first)
 	}
 	close(release)
-	ev, err = r.next()
+	ev, err = r.Next()
 	if err != nil {
 		t.Fatalf("response event: %v", err)
 	}
-	if res := decodeResult[initView](t, ev.data); res.Capabilities["tasks"] == nil {
-		t.Errorf("response not rewritten: %s", ev.data)
+	if res := decodeResult[initView](t, ev.Data); res.Capabilities["tasks"] == nil {
+		t.Errorf("response not rewritten: %s", ev.Data)
 	}
 }

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -11,15 +10,11 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/taskgate/taskgate/proxy/jsonx"
+	"github.com/taskgate/taskgate/proxy/sse"
 	"github.com/taskgate/taskgate/proxy/upstream"
 	"github.com/taskgate/taskgate/taskstore"
 )
-
-// newBgSSEReader reads the SSE answer of a background call, with a line
-// buffer of the call's read buffer size (longer lines are gathered whole).
-func newBgSSEReader(body io.Reader, max int) *sseReader {
-	return &sseReader{br: bufio.NewReaderSize(body, upstream.BackgroundReadBuf), max: max}
-}
 
 // callUpstreamOnce sends the call's request once and classifies the answer.
 func (h *Handler) callUpstreamOnce(ctx context.Context, j *job) callResult {
@@ -92,25 +87,25 @@ func (h *Handler) readSSEAnswer(ctx context.Context, j *job, cur *upstream.Call,
 	var lastID string
 	retry := time.Second
 	for resumes := 0; ; resumes++ {
-		r := newBgSSEReader(body, h.cfg.MaxResultSize)
+		r := sse.NewReaderSize(body, upstream.BackgroundReadBuf, h.cfg.MaxResultSize) // the background variant: a line buffer of the call's read buffer size
 		for {
-			ev, err := r.next()
+			ev, err := r.Next()
 			if ev != nil && err == nil {
-				if ev.hasID {
-					lastID = string(ev.id)
+				if ev.HasID {
+					lastID = string(ev.ID)
 				}
-				if ev.retry >= 0 {
-					retry = time.Duration(ev.retry) * time.Millisecond
+				if ev.Retry >= 0 {
+					retry = time.Duration(ev.Retry) * time.Millisecond
 				}
-				if len(ev.data) > 0 {
-					if res, final := h.onUpstreamMessage(ctx, j, ev.data); final {
+				if len(ev.Data) > 0 {
+					if res, final := h.onUpstreamMessage(ctx, j, ev.Data); final {
 						cur.DrainEnd(body)
 						return res
 					}
 				}
 				continue
 			}
-			if errors.Is(err, errEventTooLarge) {
+			if errors.Is(err, sse.ErrEventTooLarge) {
 				return internalFailure("upstream result exceeds the result size limit of %d bytes", h.cfg.MaxResultSize)
 			}
 			if ctx.Err() != nil {
@@ -172,19 +167,19 @@ func (h *Handler) resume(ctx context.Context, j *job, lastID string) (*upstream.
 // true when msg is the call's response.
 func (h *Handler) onUpstreamMessage(ctx context.Context, j *job, msg []byte) (callResult, bool) {
 	env, err := parseEnvelope(msg)
-	if err != nil || env.batch != nil {
+	if err != nil || env.kind == jsonx.KindBatch {
 		j.Log.Warn().Err(err).Msg("ignoring a malformed message on the upstream stream")
 		return callResult{}, false
 	}
 	switch {
-	case env.method == "" && (env.hasResult || env.hasError):
+	case env.isResponse():
 		return classify(append([]byte(nil), msg...)), true
-	case env.method == methodPing && env.id != nil:
+	case env.method == methodPing && env.isRequest():
 		// Answered here: a ping is no reason for input_required (E-36).
 		h.postUpstream(j, appendResultResponse(nil, env.id, []byte("{}")))
-	case env.method != "" && env.id != nil:
+	case env.isRequest():
 		h.relayRequest(ctx, j, &env, append([]byte(nil), msg...))
-	case env.method != "":
+	case env.kind == jsonx.KindNotification:
 		h.relayNotification(ctx, j, &env, append([]byte(nil), msg...))
 	}
 	return callResult{}, false
@@ -195,15 +190,15 @@ func (h *Handler) onUpstreamMessage(ctx context.Context, j *job, msg []byte) (ca
 // failed (T-24, Q-03), anything else completed. The outcome itself is kept
 // raw, so the other wire can render it its own way.
 func classify(msg []byte) callResult {
-	vals, err := members(msg, "result", "error")
+	vals, err := jsonx.Members(msg, "result", "error")
 	if err != nil {
 		return internalFailure("upstream answered with a malformed JSON-RPC message")
 	}
 	if e := vals[1]; e != nil {
 		code, text := "", ""
-		if ev, err := members(e, "code", "message"); err == nil {
+		if ev, err := jsonx.Members(e, "code", "message"); err == nil {
 			code = string(ev[0])
-			text, _ = unquoteValue(ev[1])
+			text, _ = jsonx.UnquoteValue(ev[1])
 		}
 		return callResult{Status: taskstore.Failed, Message: truncate("upstream returned JSON-RPC error "+code+": "+text, 300),
 			Outcome: taskstore.Outcome{Kind: taskstore.OutcomeError, Raw: e}}
@@ -213,7 +208,7 @@ func classify(msg []byte) callResult {
 		return internalFailure("upstream answered without a result object")
 	}
 	out := taskstore.Outcome{Kind: taskstore.OutcomeResult, Raw: res}
-	rv, err := members(res, "isError", "content")
+	rv, err := jsonx.Members(res, "isError", "content")
 	if err == nil && string(rv[0]) == "true" {
 		return callResult{Status: taskstore.Failed, Message: truncate("tool reported an error: "+firstText(rv[1]), 300), Outcome: out}
 	}
@@ -225,20 +220,20 @@ func firstText(content []byte) string {
 	if len(content) == 0 || content[0] != '[' {
 		return ""
 	}
-	s := scanner{b: content, i: 1}
-	s.ws()
-	if s.i >= len(content) || content[s.i] != '{' {
+	s := jsonx.Scanner{B: content, I: 1}
+	s.Space()
+	if s.I >= len(content) || content[s.I] != '{' {
 		return ""
 	}
-	item, err := s.value()
+	item, err := s.Value()
 	if err != nil {
 		return ""
 	}
-	vals, err := members(item, "type", "text")
+	vals, err := jsonx.Members(item, "type", "text")
 	if err != nil || string(vals[0]) != `"text"` {
 		return ""
 	}
-	text, _ := unquoteValue(vals[1])
+	text, _ := jsonx.UnquoteValue(vals[1])
 	return text
 }
 

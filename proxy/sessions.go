@@ -13,6 +13,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/taskgate/taskgate/proxy/jsonx"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
@@ -301,7 +302,7 @@ func questionID(upID []byte) ([]byte, error) {
 // upstreamIDOf returns the upstream id inside a question id (raw JSON);
 // ok is false when id is not one.
 func upstreamIDOf(id []byte) ([]byte, bool) {
-	s, ok := unquoteValue(id)
+	s, ok := jsonx.UnquoteValue(id)
 	if !ok {
 		return nil, false
 	}
@@ -319,8 +320,8 @@ func upstreamIDOf(id []byte) ([]byte, bool) {
 	}
 	// One whole JSON value that is a valid id, or the answer would not be
 	// JSON any more.
-	sc := scanner{b: up}
-	if raw, err := sc.value(); err != nil || len(raw) != len(up) || !validID(up) {
+	sc := jsonx.Scanner{B: up}
+	if raw, err := sc.Value(); err != nil || len(raw) != len(up) || !validID(up) {
 		return nil, false
 	}
 	return up, true
@@ -329,7 +330,7 @@ func upstreamIDOf(id []byte) ([]byte, bool) {
 // toUpstreamAnswer gives a client's answer to a question the upstream's id
 // back. A message without a question id is returned as is.
 func toUpstreamAnswer(msg []byte) []byte {
-	vals, err := members(msg, "id")
+	vals, err := jsonx.Members(msg, "id")
 	if err != nil || vals[0] == nil {
 		return msg
 	}
@@ -337,7 +338,7 @@ func toUpstreamAnswer(msg []byte) []byte {
 	if !ok {
 		return msg
 	}
-	if out, err := setMember(msg, "id", up); err == nil {
+	if out, err := jsonx.SetMember(msg, "id", up); err == nil {
 		return out
 	}
 	return msg
@@ -352,7 +353,7 @@ func asQuestion(msg []byte, upID []byte, taskID string) (out, qid []byte, err er
 	if qid, err = questionID(upID); err != nil {
 		return nil, nil, err
 	}
-	if out, err = setMember(out, "id", qid); err != nil {
+	if out, err = jsonx.SetMember(out, "id", qid); err != nil {
 		return nil, nil, err
 	}
 	return out, qid, nil

@@ -12,12 +12,14 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/taskgate/taskgate/proxy/engine"
+	"github.com/taskgate/taskgate/proxy/jsonx"
+	"github.com/taskgate/taskgate/proxy/sse"
 	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/proxy/upstream"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
-// Task streams (issue 4). While a task's upstream call runs, the upstream
+// Task streams. While a task's upstream call runs, the upstream
 // keeps talking on the call's SSE stream: progress and logging
 // notifications, and requests to the client (elicitation, sampling, roots).
 // The runner stamps each with related-task _meta (T-42, T-63) and queues it
@@ -53,7 +55,7 @@ func (h *Handler) sessionKey(sid []byte) string {
 
 // withRelatedTaskParams returns msg with params._meta[related-task] set.
 func withRelatedTaskParams(msg []byte, taskID string) ([]byte, error) {
-	vals, err := members(msg, "params")
+	vals, err := jsonx.Members(msg, "params")
 	if err != nil {
 		return nil, err
 	}
@@ -65,14 +67,14 @@ func withRelatedTaskParams(msg []byte, taskID string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return setMember(msg, "params", params)
+	return jsonx.SetMember(msg, "params", params)
 }
 
 // canonicalID renders a raw JSON-RPC id the same way whoever encoded it:
 // strings are re-encoded after unescaping, numbers kept as written.
 func canonicalID(raw []byte) string {
 	if len(raw) > 0 && raw[0] == '"' {
-		if s, ok := unquoteValue(raw); ok {
+		if s, ok := jsonx.UnquoteValue(raw); ok {
 			return string(appendJSONString(nil, s))
 		}
 	}
@@ -153,11 +155,11 @@ func progressText(params []byte) string {
 	if params == nil {
 		return ""
 	}
-	vals, err := members(params, "message", "progress", "total")
+	vals, err := jsonx.Members(params, "message", "progress", "total")
 	if err != nil {
 		return ""
 	}
-	if m, ok := unquoteValue(vals[0]); ok && m != "" {
+	if m, ok := jsonx.UnquoteValue(vals[0]); ok && m != "" {
 		return truncate(m, 200)
 	}
 	if vals[1] == nil {
@@ -328,14 +330,14 @@ func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.
 		go func() {
 			defer close(readerDone)
 			defer close(up)
-			r := newSSEReader(upstream, h.cfg.MaxResultSize)
+			r := sse.NewReader(upstream, h.cfg.MaxResultSize)
 			for {
-				ev, err := r.next()
-				if ev != nil && len(ev.raw) > 0 {
-					raw := append([]byte(nil), ev.raw...)
+				ev, err := r.Next()
+				if ev != nil && len(ev.Raw) > 0 {
+					raw := append([]byte(nil), ev.Raw...)
 					var data []byte
-					if len(ev.data) > 0 {
-						data = append([]byte(nil), ev.data...)
+					if len(ev.Data) > 0 {
+						data = append([]byte(nil), ev.Data...)
 					}
 					select {
 					case up <- upEvent{raw, data}:
@@ -354,7 +356,7 @@ func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.
 
 	// write delivers one message of taskID to the client.
 	write := func(taskID string, m taskstore.Message) bool {
-		if _, err := w.Write(appendSSE(nil, "", m.Data)); err != nil || w.Flush() != nil {
+		if _, err := w.Write(sse.Append(nil, "", m.Data)); err != nil || w.Flush() != nil {
 			return false
 		}
 		open = noteQuestion(open, taskID, m.Data)
@@ -393,7 +395,7 @@ func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.
 			case 's':
 				t, err := h.eng.Task(ctx, owner, ev.TaskID)
 				if err == nil {
-					_, werr := w.Write(appendSSE(nil, "", appendStatusNotification(nil, t)))
+					_, werr := w.Write(sse.Append(nil, "", appendStatusNotification(nil, t)))
 					ok = werr == nil && w.Flush() == nil
 				}
 			default:
@@ -428,7 +430,7 @@ const (
 // left to pass through as it came.
 func (h *Handler) attributeQuestion(ctx context.Context, owner, sess string, msg []byte) bool {
 	env, err := parseEnvelope(msg)
-	if err != nil || !env.isRequest() || env.batch != nil {
+	if err != nil || !env.isRequest() {
 		return false
 	}
 	switch env.method {

@@ -14,6 +14,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/taskgate/taskgate/policy"
+	"github.com/taskgate/taskgate/proxy/sse"
 )
 
 // replica starts a second Handler on e's store and upstream (another
@@ -45,7 +46,7 @@ func (e *taskEnv) replica(cfg Config) *taskEnv {
 // stream is an open SSE answer read event by event.
 type stream struct {
 	t    *testing.T
-	r    *sseReader
+	r    *sse.Reader
 	resp *fasthttp.Response
 }
 
@@ -76,7 +77,7 @@ func (e *taskEnv) openStream(who identity, body string) *stream {
 	if !isEventStream(resp.Header.ContentType()) {
 		e.t.Fatalf("answer is %q (HTTP %d), not SSE: %s", resp.Header.ContentType(), resp.StatusCode(), resp.Body())
 	}
-	s := &stream{t: e.t, r: newSSEReader(resp.BodyStream(), 0), resp: resp}
+	s := &stream{t: e.t, r: sse.NewReader(resp.BodyStream(), 0), resp: resp}
 	e.t.Cleanup(func() {
 		_ = resp.CloseBodyStream()
 		fasthttp.ReleaseResponse(resp)
@@ -99,21 +100,21 @@ type sseMsg struct {
 func (s *stream) next(comments *int) sseMsg {
 	s.t.Helper()
 	for {
-		ev, err := s.r.next()
+		ev, err := s.r.Next()
 		if err != nil {
 			s.t.Fatalf("stream ended: %v", err)
 		}
-		if comments != nil && strings.Contains(string(ev.raw), ": keep-alive") {
+		if comments != nil && strings.Contains(string(ev.Raw), ": keep-alive") {
 			*comments++
 		}
-		if len(ev.data) == 0 {
+		if len(ev.Data) == 0 {
 			continue
 		}
 		var m sseMsg
-		if err := json.Unmarshal(ev.data, &m); err != nil {
-			s.t.Fatalf("event data is not JSON: %q", ev.data)
+		if err := json.Unmarshal(ev.Data, &m); err != nil {
+			s.t.Fatalf("event data is not JSON: %q", ev.Data)
 		}
-		m.raw = string(ev.data)
+		m.raw = string(ev.Data)
 		return m
 	}
 }
@@ -229,11 +230,11 @@ func TestGetStreamCarriesTaskMessagesAndStatus(t *testing.T) {
 func (s *stream) waitKeepAlive() {
 	s.t.Helper()
 	for {
-		ev, err := s.r.next()
+		ev, err := s.r.Next()
 		if err != nil {
 			s.t.Fatalf("stream ended before a keep-alive: %v", err)
 		}
-		if strings.Contains(string(ev.raw), ": keep-alive") {
+		if strings.Contains(string(ev.Raw), ": keep-alive") {
 			return
 		}
 	}

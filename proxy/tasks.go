@@ -16,6 +16,8 @@ import (
 
 	"github.com/taskgate/taskgate/policy"
 	"github.com/taskgate/taskgate/proxy/engine"
+	"github.com/taskgate/taskgate/proxy/jsonx"
+	"github.com/taskgate/taskgate/proxy/sse"
 	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/taskstore"
 )
@@ -45,12 +47,12 @@ func (h *Handler) toolsCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: tools/call needs params"))
 		return
 	}
-	vals, err := members(env.params, "name", "task")
+	vals, err := jsonx.Members(env.params, "name", "task")
 	if err != nil {
 		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid tools/call params: "+err.Error()))
 		return
 	}
-	name, ok := unquoteValue(vals[0])
+	name, ok := jsonx.UnquoteValue(vals[0])
 	if !ok {
 		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: tools/call params.name must be a string"))
 		return
@@ -92,7 +94,7 @@ func (h *Handler) noVersionTaskCall(rc *fasthttp.RequestCtx, info *reqInfo, env 
 	if env.params == nil {
 		return
 	}
-	vals, err := members(env.params, "task")
+	vals, err := jsonx.Members(env.params, "task")
 	if err != nil || vals[0] == nil || string(vals[0]) == "null" {
 		return
 	}
@@ -136,12 +138,12 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 		return
 	}
 	owner, _ := h.owner(&rc.Request.Header)
-	tv, err := members(task, "ttl")
+	tv, err := jsonx.Members(task, "ttl")
 	if err != nil {
 		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid params.task: "+err.Error()))
 		return
 	}
-	params, err := deleteMember(env.params, "task")
+	params, err := jsonx.DeleteMember(env.params, "task")
 	if err != nil {
 		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid tools/call params: "+err.Error()))
 		return
@@ -259,12 +261,12 @@ func (h *Handler) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 	}
 	var taskID string
 	if env.params != nil {
-		vals, err := members(env.params, "taskId")
+		vals, err := jsonx.Members(env.params, "taskId")
 		if err != nil {
 			h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid params: "+err.Error()))
 			return
 		}
-		taskID, _ = unquoteValue(vals[0])
+		taskID, _ = jsonx.UnquoteValue(vals[0])
 	}
 	if taskID == "" {
 		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: params.taskId must be a non-empty string"))
@@ -322,14 +324,14 @@ func (h *Handler) tasksList(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 	}
 	var cursor string
 	if env.params != nil {
-		vals, err := members(env.params, "cursor")
+		vals, err := jsonx.Members(env.params, "cursor")
 		if err != nil {
 			h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid params: "+err.Error()))
 			return
 		}
 		if vals[0] != nil {
 			var ok bool
-			if cursor, ok = unquoteValue(vals[0]); !ok {
+			if cursor, ok = jsonx.UnquoteValue(vals[0]); !ok {
 				h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: params.cursor must be a string"))
 				return
 			}
@@ -473,7 +475,7 @@ func appendOutcome(dst, id []byte, t *taskstore.Task, out *taskstore.Outcome) []
 // withRelatedTask returns result with _meta[related-task] = {taskId}.
 func withRelatedTask(result []byte, taskID string) ([]byte, error) {
 	meta := []byte("{}")
-	vals, err := members(result, "_meta")
+	vals, err := jsonx.Members(result, "_meta")
 	if err != nil {
 		return nil, err
 	}
@@ -484,10 +486,10 @@ func withRelatedTask(result []byte, taskID string) ([]byte, error) {
 	rel = append(rel, `{"taskId":`...)
 	rel = appendJSONString(rel, taskID)
 	rel = append(rel, '}')
-	if meta, err = setMember(meta, metaRelatedTask, rel); err != nil {
+	if meta, err = jsonx.SetMember(meta, metaRelatedTask, rel); err != nil {
 		return nil, err
 	}
-	return setMember(result, "_meta", meta)
+	return jsonx.SetMember(result, "_meta", meta)
 }
 
 func (h *Handler) writeOutcome(rc *fasthttp.RequestCtx, id []byte, t *taskstore.Task, out *taskstore.Outcome) {
@@ -598,7 +600,7 @@ func (h *Handler) localResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte,
 			rc.SetStatusCode(fasthttp.StatusOK)
 			rc.Response.Header.SetContentType("text/event-stream")
 			rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
-			rc.SetBody(appendSSE(nil, resultEventID(taskID, id), appendOutcome(nil, id, t, out)))
+			rc.SetBody(sse.Append(nil, resultEventID(taskID, id), appendOutcome(nil, id, t, out)))
 			return
 		}
 	}
@@ -618,14 +620,14 @@ func (h *Handler) streamLocalResult(rc *fasthttp.RequestCtx, info *reqInfo, id [
 			t, out, settled, err := h.eng.AwaitLocal(ctx, &j.Job, keep.C)
 			switch {
 			case err != nil:
-				_, _ = w.Write(appendSSE(nil, evID, resultError(id, err)))
+				_, _ = w.Write(sse.Append(nil, evID, resultError(id, err)))
 				_ = w.Flush()
 				if errors.Is(err, taskstore.ErrNotFound) {
 					return "rpc_error"
 				}
 				return "store_unavailable"
 			case settled:
-				_, _ = w.Write(appendSSE(nil, evID, appendOutcome(nil, id, t, out)))
+				_, _ = w.Write(sse.Append(nil, evID, appendOutcome(nil, id, t, out)))
 				_ = w.Flush()
 				return answerOutcome(t, out)
 			case left.Load():
@@ -733,7 +735,7 @@ func (h *Handler) resultStreamBody(ctx context.Context, w *bufio.Writer, evID st
 	deliver := func(msgs []taskstore.Message) int {
 		for i, m := range msgs {
 			n++
-			if _, err := w.Write(appendSSE(nil, evID+"."+strconv.Itoa(n), m.Data)); err != nil || w.Flush() != nil {
+			if _, err := w.Write(sse.Append(nil, evID+"."+strconv.Itoa(n), m.Data)); err != nil || w.Flush() != nil {
 				return i
 			}
 			open = noteQuestion(open, taskID, m.Data)
@@ -763,7 +765,7 @@ func (h *Handler) resultStreamBody(ctx context.Context, w *bufio.Writer, evID st
 		buf = appendErrorResponse(nil, id, codeInternalError, msgStoreUnavailable)
 		outcome = "store_unavailable"
 	}
-	_, _ = w.Write(appendSSE(nil, evID, buf))
+	_, _ = w.Write(sse.Append(nil, evID, buf))
 	_ = w.Flush()
 	return outcome
 }
@@ -792,8 +794,8 @@ func parseResultEventID(s string) (taskID string, rpcID []byte, ok bool) {
 	if err != nil || len(rpcID) == 0 {
 		return "", nil, false
 	}
-	env := scanner{b: rpcID}
-	if raw, err := env.value(); err != nil || len(raw) != len(rpcID) || !validID(rpcID) {
+	env := jsonx.Scanner{B: rpcID}
+	if raw, err := env.Value(); err != nil || len(raw) != len(rpcID) || !validID(rpcID) {
 		return "", nil, false
 	}
 	return taskID, rpcID, true

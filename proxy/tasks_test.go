@@ -18,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/taskgate/taskgate/policy"
+	"github.com/taskgate/taskgate/proxy/sse"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
@@ -161,15 +162,15 @@ func (e *taskEnv) send(who identity, body string, accept string) rpcReply {
 	data := resp.Body()
 	if isEventStream(resp.Header.ContentType()) {
 		r.sse = true
-		sr := newSSEReader(strings.NewReader(string(data)), 0)
+		sr := sse.NewReader(strings.NewReader(string(data)), 0)
 		var last []byte
 		for {
-			ev, err := sr.next()
+			ev, err := sr.Next()
 			if err != nil {
 				break
 			}
-			if len(ev.data) > 0 {
-				last = append([]byte(nil), ev.data...)
+			if len(ev.Data) > 0 {
+				last = append([]byte(nil), ev.Data...)
 			}
 		}
 		data = last
@@ -345,7 +346,7 @@ func TestTaskResultBlocksUntilTerminal(t *testing.T) {
 		jsonWaiter <- e.send(alice, fmt.Sprintf(`{"jsonrpc":"2.0","id":0,"method":"tasks/result","params":{"taskId":%q}}`, task.TaskID), "application/json")
 	}()
 	sse := e.openStream(alice, fmt.Sprintf(`{"jsonrpc":"2.0","id":1,"method":"tasks/result","params":{"taskId":%q}}`, task.TaskID))
-	if ev, err := sse.r.next(); err != nil || !strings.HasPrefix(string(ev.id), "tg1."+task.TaskID) || len(ev.data) != 0 {
+	if ev, err := sse.r.Next(); err != nil || !strings.HasPrefix(string(ev.ID), "tg1."+task.TaskID) || len(ev.Data) != 0 {
 		t.Fatalf("SSE waiter: first event %+v, %v; want the priming event", ev, err)
 	}
 	// The JSON waiter is blocked inside the handler.

@@ -8,6 +8,8 @@ import (
 	"io"
 	"math"
 	"strconv"
+
+	"github.com/taskgate/taskgate/proxy/jsonx"
 )
 
 // Framing of the stdio transport: each JSON-RPC message is one line of
@@ -84,17 +86,22 @@ func (r *lineReader) next() ([]byte, error) {
 	}
 }
 
-// message is one JSON-RPC message, classified.
+// message is one JSON-RPC message, classified (jsonx.Classify, as the
+// HTTP side classifies its envelopes).
 type message struct {
 	id     json.RawMessage // raw, nil when absent or null
 	method string
 	params json.RawMessage
-	// response: no method, and a result or an error; failed: an error.
-	response, failed bool
+	kind   jsonx.Kind // request, notification or response (never none or batch)
+	failed bool       // a response with an error
 }
 
 // isRequest reports whether m is a request (a method and an id).
-func (m *message) isRequest() bool { return m.method != "" && m.id != nil }
+func (m *message) isRequest() bool { return m.kind == jsonx.KindRequest }
+
+// isResponse reports whether m is a response (no method; a result or an
+// error).
+func (m *message) isResponse() bool { return m.kind == jsonx.KindResponse }
 
 // wireMessage is the envelope as decoded.
 type wireMessage struct {
@@ -129,11 +136,12 @@ func parseMessage(b []byte) (message, error) {
 	if len(w.ID) > 0 && string(w.ID) != "null" {
 		m.id = w.ID
 	}
-	if m.method == "" {
-		if w.Result == nil && w.Error == nil {
-			return message{}, errNotMessage
-		}
-		m.response, m.failed = true, w.Error != nil
+	m.kind = jsonx.Classify(m.method, m.id != nil, w.Result != nil || w.Error != nil)
+	switch m.kind {
+	case jsonx.KindNone:
+		return message{}, errNotMessage
+	case jsonx.KindResponse:
+		m.failed = w.Error != nil
 	}
 	return m, nil
 }

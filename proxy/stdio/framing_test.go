@@ -3,12 +3,17 @@ package stdio
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"io"
+	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/taskgate/taskgate/proxy/sse"
 )
 
 // trickle writes its input to a pipe in pieces of n bytes, the way a child
@@ -115,9 +120,9 @@ func TestParseMessage(t *testing.T) {
 		if err != nil {
 			continue
 		}
-		if m.method != tt.method || string(m.id) != tt.id || m.response != tt.response {
+		if m.method != tt.method || string(m.id) != tt.id || m.isResponse() != tt.response {
 			t.Errorf("parseMessage(%q) = method %q id %s response %v, want %q %s %v",
-				tt.in, m.method, m.id, m.response, tt.method, tt.id, tt.response)
+				tt.in, m.method, m.id, m.isResponse(), tt.method, tt.id, tt.response)
 		}
 	}
 }
@@ -236,5 +241,45 @@ func TestReadCappedCutsLongStderrLines(t *testing.T) {
 	want := []string{long[:stderrLineMax] + "…", "short", "last"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("stderr lines (-want +got):\n%s", diff)
+	}
+}
+
+// TestStreamSplitsCarriageReturns: a child's message with a carriage
+// return between its tokens (JSON whitespace, but a line end in SSE) goes
+// out as data lines that an SSE reader joins back into one event whose
+// data is the same JSON value; messages without one go out as one line.
+func TestStreamSplitsCarriageReturns(t *testing.T) {
+	msgs := []string{"{\"jsonrpc\":\"2.0\",\r\"method\":\"a\"}", `{"jsonrpc":"2.0","method":"b"}`, "{\"jsonrpc\":\r\n\"2.0\",\"method\":\"c\"}"}
+	q := newQueue(16)
+	for _, m := range msgs {
+		if _, ok := q.push([]byte(m), false, false); !ok {
+			t.Fatal("push refused")
+		}
+	}
+	q.close()
+	var out bytes.Buffer
+	w := bufio.NewWriter(&out)
+	if !writeStream(w, q, time.Minute, nil) {
+		t.Fatal("writeStream reported a failed write")
+	}
+	_ = w.Flush()
+	stream := out.String()
+	r := sse.NewReader(&out, 1<<20)
+	for i, m := range msgs {
+		ev, err := r.Next()
+		if err != nil {
+			t.Fatalf("event %d: %v (stream %q)", i, err, stream)
+		}
+		var got, want any
+		if err := json.Unmarshal(ev.Data, &got); err != nil {
+			t.Fatalf("event %d: data %q is not JSON: %v", i, ev.Data, err)
+		}
+		_ = json.Unmarshal([]byte(m), &want)
+		if !reflect.DeepEqual(got, want) || bytes.IndexByte(ev.Data, '\r') >= 0 {
+			t.Fatalf("event %d: data %q, want the value of %q", i, ev.Data, m)
+		}
+	}
+	if !strings.Contains(stream, "event: message\ndata: "+msgs[1]+"\n\n") {
+		t.Fatalf("a message without a carriage return is no longer one data line: %q", stream)
 	}
 }

@@ -87,17 +87,17 @@ func fuzzChildOutput(t *testing.T, data []byte, shared bool) {
 				if err != nil {
 					t.Fatalf("call %s got a message that is not JSON-RPC: %q", id, msg)
 				}
-				if m.response && canonicalID(m.id) != canonicalID(c.raw) {
+				if m.isResponse() && canonicalID(m.id) != canonicalID(c.raw) {
 					t.Fatalf("call %s got the response for id %s", id, m.id)
 				}
-				if shared && !m.response && m.method != methodProgress {
+				if shared && !m.isResponse() && m.method != methodProgress {
 					t.Fatalf("shared call %s got %q, which belongs to no call", id, msg)
 				}
 			}
 		}
 		got, _ := s.get.take(nil)
 		for _, msg := range got {
-			if m, err := parseMessage(msg); err != nil || m.response || shared {
+			if m, err := parseMessage(msg); err != nil || m.isResponse() || shared {
 				t.Fatalf("GET stream got %q", msg)
 			}
 		}

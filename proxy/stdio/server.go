@@ -2,6 +2,7 @@ package stdio
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -17,6 +18,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttputil"
+
+	"github.com/taskgate/taskgate/proxy/sse"
 )
 
 // Path is the MCP endpoint path the Server answers on; the proxy's
@@ -454,10 +457,20 @@ func writeStream(w *bufio.Writer, q *queue, keepAlive time.Duration, stop <-chan
 	t := time.NewTicker(keepAlive)
 	defer t.Stop()
 	var batch [][]byte
+	var split []byte
 	for {
 		var end bool
 		batch, end = q.take(batch[:0])
 		for _, m := range batch {
+			if bytes.IndexByte(m, '\r') >= 0 {
+				// A carriage return is JSON whitespace, and a line end in
+				// SSE: the message goes out as several data lines, which
+				// the client joins with newlines (still the same JSON).
+				_, _ = w.WriteString("event: message\n")
+				split = sse.Append(split[:0], "", m)
+				_, _ = w.Write(split)
+				continue
+			}
 			_, _ = w.WriteString("event: message\ndata: ")
 			_, _ = w.Write(m)
 			_, _ = w.WriteString("\n\n")

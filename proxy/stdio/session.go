@@ -259,7 +259,7 @@ func (s *session) route(msg []byte) {
 	var target *call
 	toGet, initFailed := false, false
 	switch {
-	case m.response:
+	case m.isResponse():
 		// Forgotten before its answer is pushed: the caller may reuse the
 		// id as soon as it has the answer.
 		target = s.calls[canonicalID(m.id)]
@@ -290,14 +290,14 @@ func (s *session) route(msg []byte) {
 	}
 	s.mu.Unlock()
 	switch {
-	case m.response && target != nil:
+	case m.isResponse() && target != nil:
 		target.q.push(msg, false, true)
 		s.endCall(target)
 		if initFailed {
 			// The client cannot use a session whose initialize failed.
 			s.end("the stdio server refused initialize", "")
 		}
-	case m.response:
+	case m.isResponse():
 		// The caller left or cancelled; the server answered anyway.
 		s.log.Debug().Msg("stdio server answered a request nobody waits for; dropped")
 	case target != nil:

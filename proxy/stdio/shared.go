@@ -79,7 +79,7 @@ func (s *Server) postShared(rc *fasthttp.RequestCtx, sid []byte, m message) {
 		return
 	}
 	switch {
-	case m.response, m.method == "notifications/initialized":
+	case m.isResponse(), m.method == "notifications/initialized":
 		rc.SetStatusCode(fasthttp.StatusAccepted)
 		return
 	case !m.isRequest():
@@ -346,7 +346,7 @@ func (s *session) routeShared(m message, msg []byte) {
 	s.mu.Lock()
 	var target *call
 	switch {
-	case m.response:
+	case m.isResponse():
 		if target = s.calls[canonicalID(m.id)]; target != nil {
 			s.forget(target)
 		}
@@ -357,7 +357,7 @@ func (s *session) routeShared(m message, msg []byte) {
 	}
 	s.mu.Unlock()
 	switch {
-	case target != nil && m.response:
+	case target != nil && m.isResponse():
 		out := msg
 		if target.view != nil { // the initialize call keeps taskgate's id
 			var err error

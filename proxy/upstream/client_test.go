@@ -92,3 +92,34 @@ func TestClientExchanges(t *testing.T) {
 		t.Errorf("Ping: %v", err)
 	}
 }
+
+// TestPostTimeoutBoundsASilentUpstream: Post, Delete and DeleteSession
+// give up at their timeout when the upstream takes the request and never
+// answers; the connection's idle bound (10 s here, 10 min by default) must
+// not stand in for it.
+func TestPostTimeoutBoundsASilentUpstream(t *testing.T) {
+	release := make(chan struct{})
+	c := newTestClient(t, func(rc *fasthttp.RequestCtx) { <-release })
+	defer close(release)
+	var hdr fasthttp.RequestHeader
+	hdr.SetMethod(fasthttp.MethodPost)
+	hdr.SetRequestURI("/mcp")
+	hdr.SetHost("upstream.test")
+	calls := map[string]func() error{
+		"Post":          func() error { _, err := c.Post(&hdr, []byte("{}"), 100*time.Millisecond); return err },
+		"Delete":        func() error { _, err := c.Delete(&hdr, 100*time.Millisecond); return err },
+		"DeleteSession": func() error { return c.DeleteSession("s1", "2025-11-25", 100*time.Millisecond) },
+	}
+	for name, call := range calls {
+		done := make(chan error, 1)
+		go func() { done <- call() }()
+		select {
+		case err := <-done:
+			if err == nil {
+				t.Errorf("%s: no error from an upstream that never answered", name)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s still waiting 5 s after its 100 ms timeout", name)
+		}
+	}
+}

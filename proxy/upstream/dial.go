@@ -102,6 +102,11 @@ type idleConn struct {
 	// until, when set, is an earlier deadline for reads (Relay's short
 	// wait for the end of an answer).
 	until time.Time
+	// deadline is the read deadline fasthttp sets for a request with a
+	// timeout (DoTimeout: Post, Delete, DeleteSession); zero when none.
+	// Read keeps it: the idle bound alone would let an upstream that never
+	// answers hold such a request for StreamIdleTimeout.
+	deadline time.Time
 	// holdWrite makes the next write a sysconn WriteLater: Relay reads the
 	// answer right after writing a request.
 	holdWrite bool
@@ -118,6 +123,19 @@ func (c *idleConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
+// SetReadDeadline records t for Read, which applies the earliest of its
+// bounds before each read.
+func (c *idleConn) SetReadDeadline(t time.Time) error {
+	c.deadline = t
+	return c.Conn.SetReadDeadline(t)
+}
+
+// SetDeadline sets both deadlines, the read one as SetReadDeadline does.
+func (c *idleConn) SetDeadline(t time.Time) error {
+	c.deadline = t
+	return c.Conn.SetDeadline(t)
+}
+
 func (c *idleConn) Read(p []byte) (int, error) {
 	now := time.Now()
 	dl := now.Add(c.idle)
@@ -126,6 +144,9 @@ func (c *idleConn) Read(p []byte) (int, error) {
 	}
 	if !c.until.IsZero() && c.until.Before(dl) {
 		dl = c.until
+	}
+	if !c.deadline.IsZero() && c.deadline.Before(dl) {
+		dl = c.deadline
 	}
 	if err := c.Conn.SetReadDeadline(dl); err != nil {
 		return 0, err

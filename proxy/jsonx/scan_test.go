@@ -1,4 +1,4 @@
-package proxy
+package jsonx
 
 import (
 	"encoding/json"
@@ -84,12 +84,12 @@ func TestScannerValueGrammar(t *testing.T) {
 			if got := json.Valid([]byte(tc.in)); got != tc.valid {
 				t.Fatalf("test case is wrong: json.Valid(%q) = %v", tc.in, got)
 			}
-			s := scanner{b: []byte(tc.in)}
-			raw, err := s.value()
+			s := Scanner{B: []byte(tc.in)}
+			raw, err := s.Value()
 			if err == nil {
-				s.ws()
-				if s.i != len(s.b) {
-					err = errTrailing
+				s.Space()
+				if s.I != len(s.B) {
+					err = ErrTrailing
 				}
 			}
 			if got := err == nil; got != tc.valid {
@@ -102,7 +102,7 @@ func TestScannerValueGrammar(t *testing.T) {
 	}
 }
 
-// TestScannerDepth: nesting beyond maxDepth is refused with errTooDeep,
+// TestScannerDepth: nesting beyond MaxDepth is refused with ErrTooDeep,
 // without exhausting the stack for very deep input.
 func TestScannerDepth(t *testing.T) {
 	tests := []struct {
@@ -112,22 +112,22 @@ func TestScannerDepth(t *testing.T) {
 		close   string
 		wantErr error
 	}{
-		{name: "arrays at limit", depth: maxDepth, open: "[", close: "]"},
-		{name: "arrays over limit", depth: maxDepth + 1, open: "[", close: "]", wantErr: errTooDeep},
-		{name: "objects at limit", depth: maxDepth, open: `{"a":`, close: "}"},
-		{name: "objects over limit", depth: maxDepth + 1, open: `{"a":`, close: "}", wantErr: errTooDeep},
-		{name: "a million arrays", depth: 1 << 20, open: "[", close: "]", wantErr: errTooDeep},
-		{name: "a million unclosed objects", depth: 1 << 20, open: `{"a":`, wantErr: errTooDeep},
+		{name: "arrays at limit", depth: MaxDepth, open: "[", close: "]"},
+		{name: "arrays over limit", depth: MaxDepth + 1, open: "[", close: "]", wantErr: ErrTooDeep},
+		{name: "objects at limit", depth: MaxDepth, open: `{"a":`, close: "}"},
+		{name: "objects over limit", depth: MaxDepth + 1, open: `{"a":`, close: "}", wantErr: ErrTooDeep},
+		{name: "a million arrays", depth: 1 << 20, open: "[", close: "]", wantErr: ErrTooDeep},
+		{name: "a million unclosed objects", depth: 1 << 20, open: `{"a":`, wantErr: ErrTooDeep},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			in := strings.Repeat(tc.open, tc.depth) + "1" + strings.Repeat(tc.close, tc.depth)
-			s := scanner{b: []byte(in)}
-			_, err := s.value()
+			s := Scanner{B: []byte(in)}
+			_, err := s.Value()
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("scanner.value(depth %d) = %v, want %v", tc.depth, err, tc.wantErr)
 			}
-			if err == nil && s.depth != 0 {
+			if err == nil && s.Depth() != 0 {
 				t.Errorf("depth after a balanced value = %d, want 0", s.depth)
 			}
 		})
@@ -167,9 +167,9 @@ func TestUnquoteMatchesEncodingJSON(t *testing.T) {
 			if err := json.Unmarshal([]byte(tc.in), &want); err != nil {
 				t.Fatalf("test case is wrong: json.Unmarshal(%q): %v", tc.in, err)
 			}
-			got, ok := unquoteValue([]byte(tc.in))
+			got, ok := UnquoteValue([]byte(tc.in))
 			if !ok || got != want {
-				t.Errorf("unquoteValue(%q) = %q, %v; want %q (encoding/json)", tc.in, got, ok, want)
+				t.Errorf("UnquoteValue(%q) = %q, %v; want %q (encoding/json)", tc.in, got, ok, want)
 			}
 		})
 	}
@@ -177,8 +177,8 @@ func TestUnquoteMatchesEncodingJSON(t *testing.T) {
 
 func TestUnquoteValueRefusesNonStrings(t *testing.T) {
 	for _, in := range []string{``, `"`, `1`, `null`, `"abc`, `{}`} {
-		if got, ok := unquoteValue([]byte(in)); ok {
-			t.Errorf("unquoteValue(%q) = %q, true; want false", in, got)
+		if got, ok := UnquoteValue([]byte(in)); ok {
+			t.Errorf("UnquoteValue(%q) = %q, true; want false", in, got)
 		}
 	}
 }

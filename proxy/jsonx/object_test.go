@@ -1,4 +1,4 @@
-package capability
+package jsonx
 
 import (
 	"testing"
@@ -24,8 +24,8 @@ func TestSkipValue(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := tt.in[:skipValue([]byte(tt.in), 0)]; got != tt.want {
-				t.Errorf("skipValue(%q) = %q, want %q", tt.in, got, tt.want)
+			if got := tt.in[:SkipValue([]byte(tt.in), 0)]; got != tt.want {
+				t.Errorf("SkipValue(%q) = %q, want %q", tt.in, got, tt.want)
 			}
 		})
 	}
@@ -48,7 +48,7 @@ func TestScanObject(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			ms, end, err := scanObject([]byte(tt.in), 0, nil, "test")
+			ms, end, err := ScanObject([]byte(tt.in), 0, nil)
 			if err != nil {
 				t.Fatalf("scanObject(%q) error = %v", tt.in, err)
 			}
@@ -57,7 +57,7 @@ func TestScanObject(t *testing.T) {
 			}
 			var got []kv
 			for _, m := range ms {
-				got = append(got, kv{string(m.key), tt.in[m.vs:m.ve]})
+				got = append(got, kv{string(m.Key), tt.in[m.VS:m.VE]})
 			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("scanObject(%q) mismatch (-want +got):\n%s", tt.in, diff)

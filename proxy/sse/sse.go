@@ -1,4 +1,6 @@
-package proxy
+// Package sse reads and writes text/event-stream (server-sent events, WHATWG
+// HTML §9.2): the one SSE reader and writer of taskgate's HTTP side.
+package sse
 
 import (
 	"bufio"
@@ -8,26 +10,27 @@ import (
 	"strconv"
 )
 
-var errEventTooLarge = errors.New("SSE event exceeds the size limit")
+// ErrEventTooLarge is Reader.Next's error for an event over its size limit.
+var ErrEventTooLarge = errors.New("SSE event exceeds the size limit")
 
-// sseEvent is one server-sent event as read from an upstream. raw holds the
+// Event is one server-sent event as read from a stream. Raw holds the
 // event's bytes exactly as received (including comment lines and the blank
 // line that ends it), so that untouched events can be forwarded verbatim.
-type sseEvent struct {
-	raw   []byte
-	id    []byte
-	hasID bool
-	name  []byte
-	data  []byte
-	retry int // ms; -1 when absent
+type Event struct {
+	Raw   []byte
+	ID    []byte
+	HasID bool // an id field was present (ID may still be empty)
+	Name  []byte
+	Data  []byte // the data lines joined with LF
+	Retry int    // ms; -1 when absent
 }
 
-// sseReader splits a text/event-stream into events (WHATWG HTML §9.2.6).
+// Reader splits a text/event-stream into events (WHATWG HTML §9.2.6).
 // Lines end with CRLF, LF or a lone CR. It is not safe for concurrent use.
-type sseReader struct {
+type Reader struct {
 	br  *bufio.Reader
 	max int // max bytes per event; 0 = unlimited
-	ev  sseEvent
+	ev  Event
 
 	// pending is the unread rest of the last ReadSlice (it may hold more
 	// CR-terminated lines) and pendErr the error that came with it.
@@ -35,15 +38,26 @@ type sseReader struct {
 	pendErr error
 }
 
-func newSSEReader(r io.Reader, max int) *sseReader {
-	return &sseReader{br: bufio.NewReaderSize(r, 16<<10), max: max}
+// DefaultBufSize is NewReader's read buffer.
+const DefaultBufSize = 16 << 10
+
+// NewReader returns a Reader of r with a DefaultBufSize read buffer; max
+// bounds the bytes of one event (0: unlimited).
+func NewReader(r io.Reader, max int) *Reader {
+	return NewReaderSize(r, DefaultBufSize, max)
+}
+
+// NewReaderSize is NewReader with a read buffer of size bytes (lines longer
+// than the buffer are still read whole), for readers kept in large numbers.
+func NewReaderSize(r io.Reader, size, max int) *Reader {
+	return &Reader{br: bufio.NewReaderSize(r, size), max: max}
 }
 
 // readLine returns the next line with its line end. At the end of the
 // stream it returns what is left (an unterminated line) with the error; a
 // nil error means the line is complete. The line is valid until the next
 // call.
-func (r *sseReader) readLine() ([]byte, error) {
+func (r *Reader) readLine() ([]byte, error) {
 	if len(r.pending) == 0 {
 		if r.pendErr != nil {
 			return nil, r.pendErr
@@ -53,8 +67,8 @@ func (r *sseReader) readLine() ([]byte, error) {
 			// A long line: gather it whole.
 			buf := append([]byte(nil), line...)
 			for errors.Is(err, bufio.ErrBufferFull) {
-				if r.max > 0 && len(buf)+len(r.ev.raw) > r.max {
-					return nil, errEventTooLarge
+				if r.max > 0 && len(buf)+len(r.ev.Raw) > r.max {
+					return nil, ErrEventTooLarge
 				}
 				line, err = r.br.ReadSlice('\n')
 				buf = append(buf, line...)
@@ -79,25 +93,25 @@ func (r *sseReader) readLine() ([]byte, error) {
 	return p, r.pendErr
 }
 
-// next returns the next event. The returned event and its slices are valid
+// Next returns the next event. The returned event and its slices are valid
 // until the following call. At the end of the stream it returns io.EOF; a
 // partial event at the end of the stream is returned with io.ErrUnexpectedEOF.
-func (r *sseReader) next() (*sseEvent, error) {
+func (r *Reader) Next() (*Event, error) {
 	ev := &r.ev
-	ev.raw, ev.id, ev.name, ev.data = ev.raw[:0], ev.id[:0], ev.name[:0], ev.data[:0]
-	ev.hasID, ev.retry = false, -1
+	ev.Raw, ev.ID, ev.Name, ev.Data = ev.Raw[:0], ev.ID[:0], ev.Name[:0], ev.Data[:0]
+	ev.HasID, ev.Retry = false, -1
 	dataLines := 0
 	for {
 		line, err := r.readLine()
 		if len(line) > 0 {
-			ev.raw = append(ev.raw, line...)
-			if r.max > 0 && len(ev.raw) > r.max {
-				return nil, errEventTooLarge
+			ev.Raw = append(ev.Raw, line...)
+			if r.max > 0 && len(ev.Raw) > r.max {
+				return nil, ErrEventTooLarge
 			}
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				if len(ev.raw) == 0 {
+				if len(ev.Raw) == 0 {
 					return nil, io.EOF
 				}
 				return ev, io.ErrUnexpectedEOF
@@ -107,9 +121,9 @@ func (r *sseReader) next() (*sseEvent, error) {
 		content := bytes.TrimSuffix(line, []byte("\n"))
 		content = bytes.TrimSuffix(content, []byte("\r"))
 		if len(content) == 0 {
-			if len(ev.raw) == len(line) {
+			if len(ev.Raw) == len(line) {
 				// Stray blank line before any field: keep reading.
-				ev.raw = ev.raw[:0]
+				ev.Raw = ev.Raw[:0]
 				continue
 			}
 			return ev, nil
@@ -127,20 +141,20 @@ func (r *sseReader) next() (*sseEvent, error) {
 		switch string(field) {
 		case "data":
 			if dataLines > 0 {
-				ev.data = append(ev.data, '\n')
+				ev.Data = append(ev.Data, '\n')
 			}
-			ev.data = append(ev.data, value...)
+			ev.Data = append(ev.Data, value...)
 			dataLines++
 		case "id":
 			if bytes.IndexByte(value, 0) < 0 {
-				ev.id = append(ev.id[:0], value...)
-				ev.hasID = true
+				ev.ID = append(ev.ID[:0], value...)
+				ev.HasID = true
 			}
 		case "event":
-			ev.name = append(ev.name[:0], value...)
+			ev.Name = append(ev.Name[:0], value...)
 		case "retry":
 			if n, ok := atoiDigits(value); ok {
-				ev.retry = n
+				ev.Retry = n
 			}
 		}
 	}
@@ -160,10 +174,10 @@ func atoiDigits(b []byte) (int, bool) {
 	return n, err == nil
 }
 
-// appendSSE appends one event with an optional id and the given data
+// Append appends one event with an optional id and the given data
 // (split into data lines at line ends: CRLF, LF or CR, as a reader splits
 // them; in JSON these are only whitespace).
-func appendSSE(dst []byte, id string, data []byte) []byte {
+func Append(dst []byte, id string, data []byte) []byte {
 	if id != "" {
 		dst = append(dst, "id: "...)
 		dst = append(dst, id...)
@@ -186,22 +200,22 @@ func appendSSE(dst []byte, id string, data []byte) []byte {
 	return append(dst, '\n', '\n')
 }
 
-// appendSSERewritten re-emits ev with new data, keeping its id, event name
+// AppendRewritten re-emits ev with new data, keeping its id, event name
 // and retry fields.
-func appendSSERewritten(dst []byte, ev *sseEvent, data []byte) []byte {
-	if len(ev.name) > 0 {
+func AppendRewritten(dst []byte, ev *Event, data []byte) []byte {
+	if len(ev.Name) > 0 {
 		dst = append(dst, "event: "...)
-		dst = append(dst, ev.name...)
+		dst = append(dst, ev.Name...)
 		dst = append(dst, '\n')
 	}
-	if ev.retry >= 0 {
+	if ev.Retry >= 0 {
 		dst = append(dst, "retry: "...)
-		dst = strconv.AppendInt(dst, int64(ev.retry), 10)
+		dst = strconv.AppendInt(dst, int64(ev.Retry), 10)
 		dst = append(dst, '\n')
 	}
 	id := ""
-	if ev.hasID {
-		id = string(ev.id)
+	if ev.HasID {
+		id = string(ev.ID)
 	}
-	return appendSSE(dst, id, data)
+	return Append(dst, id, data)
 }

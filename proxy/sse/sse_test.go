@@ -1,4 +1,4 @@
-package proxy
+package sse
 
 import (
 	"bytes"
@@ -11,7 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// sseView is an sseEvent as tests compare it.
+// sseView is an Event as tests compare it.
 type sseView struct {
 	Raw   string
 	ID    string
@@ -21,16 +21,16 @@ type sseView struct {
 	Retry int
 }
 
-func viewSSE(ev *sseEvent) sseView {
-	return sseView{Raw: string(ev.raw), ID: string(ev.id), HasID: ev.hasID, Name: string(ev.name), Data: string(ev.data), Retry: ev.retry}
+func viewSSE(ev *Event) sseView {
+	return sseView{Raw: string(ev.Raw), ID: string(ev.ID), HasID: ev.HasID, Name: string(ev.Name), Data: string(ev.Data), Retry: ev.Retry}
 }
 
 // readAllEvents reads events until an error; it returns the events (a
 // partial last one included) and the error that ended the stream.
-func readAllEvents(r *sseReader) ([]sseView, error) {
+func readAllEvents(r *Reader) ([]sseView, error) {
 	var out []sseView
 	for {
-		ev, err := r.next()
+		ev, err := r.Next()
 		if ev != nil {
 			out = append(out, viewSSE(ev))
 		}
@@ -178,19 +178,19 @@ func TestSSEReader(t *testing.T) {
 			name:    "event over the size limit",
 			in:      "data: 123\n\n",
 			max:     10,
-			wantErr: errEventTooLarge,
+			wantErr: ErrEventTooLarge,
 		},
 		{
 			name:    "many lines over the size limit",
 			in:      strings.Repeat("data: x\n", 100) + "\n",
 			max:     64,
-			wantErr: errEventTooLarge,
+			wantErr: ErrEventTooLarge,
 		},
 		{
 			name:    "long line over the size limit",
 			in:      "data: " + strings.Repeat("x", 1<<20) + "\n\n",
 			max:     64 << 10,
-			wantErr: errEventTooLarge,
+			wantErr: ErrEventTooLarge,
 		},
 		{
 			name: "limit is per event",
@@ -212,7 +212,7 @@ func TestSSEReader(t *testing.T) {
 				{name: "whole", r: func(s string) io.Reader { return strings.NewReader(s) }},
 				{name: "byte by byte", r: func(s string) io.Reader { return iotest.OneByteReader(strings.NewReader(s)) }},
 			} {
-				got, err := readAllEvents(newSSEReader(rd.r(tc.in), tc.max))
+				got, err := readAllEvents(NewReader(rd.r(tc.in), tc.max))
 				if !errors.Is(err, wantErr) {
 					t.Fatalf("%s: reading %q: error %v, want %v", rd.name, trunc(tc.in), err, wantErr)
 				}
@@ -237,7 +237,7 @@ func TestSSEReaderRawIsVerbatim(t *testing.T) {
 	in := ": hi\r\nid: 1\r\nevent: message\r\ndata: {\"jsonrpc\":\"2.0\",\"method\":\"notifications/progress\"}\r\n\r\n" +
 		"retry: 100\ndata: a\rdata: b\r\r" +
 		"data: \xff\n\n"
-	evs, err := readAllEvents(newSSEReader(strings.NewReader(in), 0))
+	evs, err := readAllEvents(NewReader(strings.NewReader(in), 0))
 	if !errors.Is(err, io.EOF) {
 		t.Fatalf("error %v, want io.EOF", err)
 	}
@@ -266,8 +266,8 @@ func TestAppendSSE(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := string(appendSSE(nil, tc.id, []byte(tc.data))); got != tc.want {
-				t.Errorf("appendSSE(%q, %q) = %q, want %q", tc.id, tc.data, got, tc.want)
+			if got := string(Append(nil, tc.id, []byte(tc.data))); got != tc.want {
+				t.Errorf("Append(%q, %q) = %q, want %q", tc.id, tc.data, got, tc.want)
 			}
 		})
 	}
@@ -278,20 +278,20 @@ func TestAppendSSE(t *testing.T) {
 func TestAppendSSERoundTrip(t *testing.T) {
 	tests := []struct {
 		name string
-		ev   sseEvent
+		ev   Event
 		data string
 		want sseView
 	}{
-		{name: "plain", ev: sseEvent{retry: -1}, data: `{"jsonrpc":"2.0","id":1,"result":{}}`, want: sseView{Data: `{"jsonrpc":"2.0","id":1,"result":{}}`, Retry: -1}},
-		{name: "id, name, retry kept", ev: sseEvent{id: []byte("ev-9"), hasID: true, name: []byte("message"), retry: 2500}, data: `{}`, want: sseView{ID: "ev-9", HasID: true, Name: "message", Data: "{}", Retry: 2500}},
-		{name: "empty id kept", ev: sseEvent{hasID: false, retry: -1}, data: "x", want: sseView{Data: "x", Retry: -1}},
-		{name: "multi-line data", ev: sseEvent{retry: 0}, data: "a\r\nb\rc\nd", want: sseView{Data: "a\nb\nc\nd", Retry: 0}},
-		{name: "data with colons and spaces", ev: sseEvent{retry: -1}, data: " : x: y ", want: sseView{Data: " : x: y ", Retry: -1}},
+		{name: "plain", ev: Event{Retry: -1}, data: `{"jsonrpc":"2.0","id":1,"result":{}}`, want: sseView{Data: `{"jsonrpc":"2.0","id":1,"result":{}}`, Retry: -1}},
+		{name: "id, name, retry kept", ev: Event{ID: []byte("ev-9"), HasID: true, Name: []byte("message"), Retry: 2500}, data: `{}`, want: sseView{ID: "ev-9", HasID: true, Name: "message", Data: "{}", Retry: 2500}},
+		{name: "empty id kept", ev: Event{HasID: false, Retry: -1}, data: "x", want: sseView{Data: "x", Retry: -1}},
+		{name: "multi-line data", ev: Event{Retry: 0}, data: "a\r\nb\rc\nd", want: sseView{Data: "a\nb\nc\nd", Retry: 0}},
+		{name: "data with colons and spaces", ev: Event{Retry: -1}, data: " : x: y ", want: sseView{Data: " : x: y ", Retry: -1}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			out := appendSSERewritten([]byte("data: before\n\n"), &tc.ev, []byte(tc.data))
-			evs, err := readAllEvents(newSSEReader(bytes.NewReader(out), 0))
+			out := AppendRewritten([]byte("data: before\n\n"), &tc.ev, []byte(tc.data))
+			evs, err := readAllEvents(NewReader(bytes.NewReader(out), 0))
 			if !errors.Is(err, io.EOF) || len(evs) != 2 {
 				t.Fatalf("reading %q: %d events, error %v; want 2, io.EOF", out, len(evs), err)
 			}
