@@ -627,9 +627,8 @@ func (e *Embedded) watch(owner, id string, kinds EventKind, w *taskWatcher) (fun
 	}
 	ws[w] = kinds
 	sh.mu.Unlock()
-	var once sync.Once
 	return func() {
-		once.Do(func() {
+		w.once.Do(func() { // the watcher's own Once: no allocation of its own
 			sh.mu.Lock()
 			if ws := sh.watch[ref]; ws != nil {
 				delete(ws, w)

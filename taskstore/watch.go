@@ -82,8 +82,9 @@ func (s *Redis) watch(ctx context.Context, owner, id string, kinds EventKind, w 
 // without blocking (Watch, WatchKinds) or a function called (WatchFunc),
 // under the store's lock.
 type taskWatcher struct {
-	ch chan struct{}
-	fn func()
+	ch   chan struct{}
+	fn   func()
+	once sync.Once // makes stop idempotent
 }
 
 func (w *taskWatcher) signal() {
@@ -289,6 +290,9 @@ func (h *hub) add(ctx context.Context, name string, ch *taskWatcher, sw *sessWat
 	}
 	if sw != nil {
 		t.sess[sw] = struct{}{}
+	}
+	if ch != nil { // the watcher's own Once: no allocation of its own
+		return t.ready, func() { ch.once.Do(func() { h.remove(name, ch, nil) }) }, nil
 	}
 	var once sync.Once
 	return t.ready, func() { once.Do(func() { h.remove(name, ch, sw) }) }, nil
