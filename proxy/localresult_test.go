@@ -54,7 +54,10 @@ func TestTaskResultFromRunnerMemory(t *testing.T) {
 			go func() {
 				waiter <- e.send(alice, fmt.Sprintf(`{"jsonrpc":"2.0","id":"w","method":"tasks/result","params":{"taskId":%q}}`, task.TaskID), tc.accept)
 			}()
-			pollUntil(t, 5*time.Second, func() bool { return testutil.ToFloat64(e.h.m.inflight) == 1 }, "the waiter to block")
+			// The waiter must hold the runner before the call ends: one that
+			// arrives after it (the job gone from memory) rightly reads the
+			// store. The waiters gauge counts it once it holds the job.
+			pollUntil(t, 5*time.Second, func() bool { return testutil.ToFloat64(e.h.m.waiters) == 1 }, "the waiter to block")
 			e.up.releaseAll()
 			r := <-waiter
 			if r.Error != nil || !strings.Contains(string(r.Result), `"text":"released"`) || !strings.Contains(string(r.Result), task.TaskID) {

@@ -522,33 +522,47 @@ func acceptsJSON(hdr *fasthttp.RequestHeader) bool {
 // that accepts only JSON gets the answer when it is ready.
 func (h *Handler) awaitResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, owner, taskID string, sse bool) {
 	if !sse {
-		var buf []byte
-		// A client that leaves ends the wait at once.
-		ctx, cancel := context.WithCancel(h.root)
-		var left atomic.Bool
-		unwatch := sysconn.WatchClose(rc.Conn(), func() { left.Store(true); cancel() })
-		h.m.waiters.Inc()
-		t, out, err := h.eng.WaitTerminal(ctx, owner, taskID, nil, nil)
-		h.m.waiters.Dec()
-		unwatch()
-		cancel()
-		if left.Load() {
-			info.outcome = outcomeClientGone
-			rc.SetConnectionClose()
-			return
-		}
-		if err != nil {
-			h.storeError(rc, info, id, err)
-			return
-		}
-		buf = appendOutcome(buf, id, t, out)
-		info.outcome = answerOutcome(t, out)
-		rc.SetStatusCode(fasthttp.StatusOK)
-		rc.Response.Header.SetContentType("application/json")
-		rc.SetBody(buf)
+		h.awaitJSONResult(rc, info, id, owner, taskID, nil)
 		return
 	}
 	h.streamResult(rc, info, id, owner, taskID)
+}
+
+// awaitJSONResult is awaitResult for a client that reads JSON: one answer
+// once the task is terminal. j, when not nil, is the task's call running
+// in this process, waited for through its runner.
+func (h *Handler) awaitJSONResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, owner, taskID string, j *job) {
+	// A client that leaves ends the wait at once.
+	ctx, cancel := context.WithCancel(h.root)
+	var left atomic.Bool
+	unwatch := sysconn.WatchClose(rc.Conn(), func() { left.Store(true); cancel() })
+	h.m.waiters.Inc()
+	var t *taskstore.Task
+	var out *taskstore.Outcome
+	var err error
+	ok := false
+	if j != nil {
+		t, out, ok, err = h.eng.AwaitSettled(ctx, &j.Job)
+	}
+	if !ok {
+		t, out, err = h.eng.WaitTerminal(ctx, owner, taskID, nil, nil)
+	}
+	h.m.waiters.Dec()
+	unwatch()
+	cancel()
+	if left.Load() {
+		info.outcome = outcomeClientGone
+		rc.SetConnectionClose()
+		return
+	}
+	if err != nil {
+		h.storeError(rc, info, id, err)
+		return
+	}
+	info.outcome = answerOutcome(t, out)
+	rc.SetStatusCode(fasthttp.StatusOK)
+	rc.Response.Header.SetContentType("application/json")
+	rc.SetBody(appendOutcome(nil, id, t, out))
 }
 
 // localResult answers a tasks/result for a call that runs in this process
@@ -565,7 +579,7 @@ func (h *Handler) localResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte,
 	owner, taskID := j.Task.Owner, j.Task.ID
 	hdr := &rc.Request.Header
 	if !acceptsSSE(hdr) {
-		h.awaitResult(rc, info, id, owner, taskID, false) // waits through the runner (engine.WaitTerminal)
+		h.awaitJSONResult(rc, info, id, owner, taskID, j) // waits through the runner (engine.AwaitSettled)
 		return
 	}
 	if !j.Queued() {

@@ -156,6 +156,15 @@ func (e *Engine) localSettled(ctx context.Context, owner, taskID string) (*tasks
 	if j == nil {
 		return nil, nil, false, nil
 	}
+	return e.AwaitSettled(ctx, j)
+}
+
+// AwaitSettled is WaitTerminal's wait for j, a call that runs in this
+// process, for a caller that already holds it (LocalJob): the runner may
+// settle and leave the registry between the caller's lookup and the
+// wait, and its stored outcome is still answered from memory.
+func (e *Engine) AwaitSettled(ctx context.Context, j *Job) (*taskstore.Task, *taskstore.Outcome, bool, error) {
+	owner, taskID := j.Task.Owner, j.Task.ID
 	read := func() (*taskstore.Task, *taskstore.Outcome, bool, error) {
 		t, out, err := e.store.Outcome(ctx, owner, taskID)
 		switch {
