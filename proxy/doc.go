@@ -71,7 +71,7 @@
 // questions of a running call, answers from any replica, the retries of a
 // 2026 upstream), modern_upstream.go (the upstream's era, the bridge to a
 // 2025 upstream with its owner-bound sessions). The engine's upstream calls
-// into them at one point each (callUpstream, relayRequest,
+// into them at one point each (taskUpstream.Call, relayRequest,
 // relayNotification, deliverAnswers, notifyCancelled) for jobs with a
 // modernJob.
 //

@@ -510,6 +510,11 @@ func (s *countingStore) WatchKinds(ctx context.Context, owner, id string, kinds 
 	return s.Store.WatchKinds(ctx, owner, id, kinds)
 }
 
+func (s *countingStore) WatchFunc(ctx context.Context, owner, id string, kinds taskstore.EventKind, fn func()) (func(), error) {
+	s.count("WatchFunc")
+	return s.Store.WatchFunc(ctx, owner, id, kinds, fn)
+}
+
 func (s *countingStore) Enqueue(ctx context.Context, owner, id string, kind taskstore.MessageKind, msg []byte, max int) (int, error) {
 	s.count("Enqueue")
 	return s.Store.Enqueue(ctx, owner, id, kind, msg, max)

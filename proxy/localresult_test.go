@@ -30,7 +30,7 @@ var streamMethods = []string{"Watch", "SetListening", "Drain", "Requeue"}
 // end of its session record, and the supervisor of a call that outlives
 // watchDelay (subscription, answers, re-read, lease), which a loaded
 // machine can reach in a test.
-var runnerMethods = []string{"Recover", "Finish", "EndSessionTask", "WatchKinds", "TakeAnswers", "Get", "Renew"}
+var runnerMethods = []string{"Recover", "Finish", "EndSessionTask", "WatchFunc", "TakeAnswers", "Get", "Renew"}
 
 // A blocking tasks/result on the runner's replica is answered from the
 // runner's memory whatever the client accepts: no store call at all while
@@ -98,7 +98,7 @@ func TestTaskRoundtripStoreBudget(t *testing.T) {
 	}
 	// The last Finish may still be on its way.
 	pollUntil(t, 5*time.Second, func() bool { return diff(cs.callsExcept("Recover"), before)["Finish"] == ops }, "every Finish")
-	got := diff(cs.callsExcept("Recover", "WatchKinds", "TakeAnswers", "Get", "Renew"), before)
+	got := diff(cs.callsExcept("Recover", "WatchFunc", "TakeAnswers", "Get", "Renew"), before)
 	for _, m := range streamMethods {
 		if got[m] != 0 {
 			t.Errorf("%d %s calls in %d roundtrips, want 0 (calls: %v)", got[m], m, ops, got)

@@ -105,7 +105,7 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 
 // created answers with the CreateTaskResult of t.
 func (w *modernWire) created(rc *fasthttp.RequestCtx, id []byte, t *taskstore.Task) {
-	wt := toWireTask(t)
+	wt := w.toWireTask(t)
 	w.h.rpcResult(rc, id, wire2026.AppendCreateTaskResult(make([]byte, 0, 256), &wt))
 }
 
@@ -396,7 +396,7 @@ func (w *modernWire) taskError(rc *fasthttp.RequestCtx, info *reqInfo, id []byte
 // the open questions (reqs, an InputRequests object or nil for none) while
 // it waits for input.
 func (w *modernWire) appendGet(dst []byte, t *taskstore.Task, out *taskstore.Outcome, reqs []byte) []byte {
-	wt := toWireTask(t)
+	wt := w.toWireTask(t)
 	var d wire2026.Detail
 	switch {
 	case t.Status == taskstore.Completed || t.Status == taskstore.Failed && out != nil && out.Kind == taskstore.OutcomeResult:
@@ -449,8 +449,10 @@ func (w *modernWire) openRequests(t *taskstore.Task) []byte {
 	return nil
 }
 
-// toWireTask is what the 2026 wire shows of t.
-func toWireTask(t *taskstore.Task) wire2026.Task {
+// toWireTask is what the 2026 wire shows of t; a running task's
+// pollIntervalMs starts small and grows with its age, as on the 2025 wire
+// (engine.PollInterval).
+func (w *modernWire) toWireTask(t *taskstore.Task) wire2026.Task {
 	return wire2026.Task{
 		ID:            t.ID,
 		Status:        string(t.Status),
@@ -458,7 +460,7 @@ func toWireTask(t *taskstore.Task) wire2026.Task {
 		CreatedAt:     t.CreatedAt,
 		UpdatedAt:     t.UpdatedAt,
 		TTL:           t.TTL,
-		PollInterval:  t.PollInterval,
+		PollInterval:  w.h.eng.ReportedPollInterval(t),
 	}
 }
 

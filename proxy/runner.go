@@ -16,22 +16,23 @@ import (
 	"github.com/taskgate/taskgate/taskstore"
 )
 
-// callUpstream runs the call and classifies the upstream's answer.
-func (h *Handler) callUpstream(ctx context.Context, j *job) callResult {
-	if j.modern != nil {
-		return h.callModern(ctx, j)
-	}
-	return h.callUpstreamOnce(ctx, j)
-}
-
 // callUpstreamOnce sends the call's request once and classifies the answer.
 func (h *Handler) callUpstreamOnce(ctx context.Context, j *job) callResult {
 	j.req.Header.ResetConnectionClose()
-	x, err := h.up.RoundTrip(ctx, j.req)
+	x, err := h.up.Send(ctx, j.req)
 	if err != nil {
 		return transportFailure(ctx, err)
 	}
+	return h.readCall(ctx, j, x)
+}
+
+// readCall reads and classifies the answer to the request x wrote, and
+// releases x.
+func (h *Handler) readCall(ctx context.Context, j *job, x *upstream.Call) callResult {
 	defer x.Done()
+	if err := x.Await(); err != nil {
+		return transportFailure(ctx, err)
+	}
 	return h.readAnswer(ctx, j, x)
 }
 
@@ -139,7 +140,12 @@ const maxResumes = 10
 func (h *Handler) resume(ctx context.Context, j *job, lastID string) (*upstream.Call, error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
-	j.req.Header.CopyTo(&req.Header)
+	if j.req != nil {
+		j.req.Header.CopyTo(&req.Header)
+	} else {
+		j.hdr.CopyTo(&req.Header) // the call's headers, copied before it was sent
+		req.Header.ResetConnectionClose()
+	}
 	req.Header.SetMethod(fasthttp.MethodGet)
 	req.Header.Del(fasthttp.HeaderContentType)
 	req.Header.Del(fasthttp.HeaderContentLength) // the POST's length would make the upstream wait for a body

@@ -6,6 +6,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/taskgate/taskgate/proxy/engine"
+	"github.com/taskgate/taskgate/proxy/upstream"
 )
 
 // job is a task call as the wires and their upstream client see it: the
@@ -14,12 +15,18 @@ import (
 // 2026 wire's per-call state. Its engine.Job.Call points back to it.
 type job struct {
 	engine.Job
+	// req is the upstream request; a 2025-era call releases it once it
+	// is written (nil then).
 	req *fasthttp.Request
 	// hdr is a copy of req's headers made before the call starts, for the
 	// messages sent beside it (answers, cancels, the session's end): req
 	// itself belongs to the goroutine writing the call.
 	hdr    fasthttp.RequestHeader
 	modern *modernJob // set for tasks created on the 2026-07-28 wire
+	// sent and sendErr are what taskUpstream.Send left for Call: the
+	// 2025-era call's request written, or why writing it failed.
+	sent    *upstream.Call
+	sendErr error
 }
 
 // jobOf returns the job whose engine part is ej.
@@ -37,7 +44,7 @@ func (h *Handler) localJob(owner, taskID string) *job {
 type callResult = engine.Result
 
 // taskUpstream runs the engine's task calls on this Handler's upstream
-// (engine.Upstream): the 2025-era calls (callUpstreamOnce, with the
+// (engine.Upstream): the 2025-era calls (sendCall, with the
 // messages of their SSE answers) and the 2026 wire's (callModern).
 type taskUpstream struct{ h *Handler }
 
@@ -48,9 +55,45 @@ func (u *taskUpstream) Begin(ej *engine.Job) {
 	j.req.Header.CopyTo(&j.hdr)
 }
 
+// Send writes a 2025-era call's request and releases it, as the call may
+// run for minutes (resumes and the messages beside the call use j.hdr);
+// Call reads the answer. A 2026-era call is sent by Call.
+func (u *taskUpstream) Send(ctx context.Context, ej *engine.Job) {
+	j := jobOf(ej)
+	if j.modern != nil {
+		return
+	}
+	j.req.Header.ResetConnectionClose()
+	x, err := u.h.up.Send(ctx, j.req)
+	if err != nil {
+		j.sendErr = err
+		return
+	}
+	fasthttp.ReleaseRequest(j.req)
+	j.req, j.sent = nil, x
+}
+
+// Wait waits for the answer to what Send wrote.
+func (u *taskUpstream) Wait(ej *engine.Job) {
+	if x := jobOf(ej).sent; x != nil {
+		_ = x.Wait() // a failure is Await's to report
+	}
+}
+
 // Call runs the call and classifies the upstream's answer.
 func (u *taskUpstream) Call(ctx context.Context, ej *engine.Job) engine.Result {
-	return u.h.callUpstream(ctx, jobOf(ej))
+	j := jobOf(ej)
+	switch {
+	case j.modern != nil:
+		return u.h.callModern(ctx, j)
+	case j.sendErr != nil:
+		return transportFailure(ctx, j.sendErr)
+	case j.sent != nil:
+		x := j.sent
+		j.sent = nil
+		return u.h.readCall(ctx, j, x)
+	}
+	return u.h.callUpstreamOnce(ctx, j)
 }
 
 // Stopped tells the upstream to stop the call.
@@ -64,5 +107,16 @@ func (u *taskUpstream) Answers(ctx context.Context, ej *engine.Job) {
 // CloseSession ends the call's upstream session with a DELETE.
 func (u *taskUpstream) CloseSession(ej *engine.Job) { u.h.closeUpstreamSession(jobOf(ej)) }
 
-// Ended releases the call's request.
-func (u *taskUpstream) Ended(ej *engine.Job) { fasthttp.ReleaseRequest(jobOf(ej).req) }
+// Ended releases the call's request (a 2025-era call's was released once
+// sent).
+func (u *taskUpstream) Ended(ej *engine.Job) {
+	j := jobOf(ej)
+	if j.sent != nil { // sent, never read (Call panicked)
+		j.sent.Done()
+		j.sent = nil
+	}
+	if j.req != nil {
+		fasthttp.ReleaseRequest(j.req)
+		j.req = nil
+	}
+}

@@ -419,38 +419,21 @@ func appendTaskPolled(dst []byte, t *taskstore.Task, thrifty bool) []byte {
 	dst = strconv.AppendInt(dst, t.TTL.Milliseconds(), 10)
 	if t.PollInterval > 0 {
 		dst = append(dst, `,"pollInterval":`...)
-		poll := t.PollInterval
-		if !thrifty {
-			poll = reportedPollInterval(t, time.Now())
-		}
-		dst = strconv.AppendInt(dst, poll.Milliseconds(), 10)
+		dst = strconv.AppendInt(dst, engine.PollInterval(t, time.Now(), thrifty).Milliseconds(), 10)
 	}
 	return append(dst, '}')
 }
 
-// The pollInterval reported for a task that still runs starts at
-// pollStart and grows by 1/pollGrowth of the task's age, up to the
-// policy's pollInterval (its bound). A client that follows it learns of
-// the end of a short call within a few milliseconds and of a long one at
-// most about 1/pollGrowth of its age late (a 3 s call: 80 ms), while a
-// call that runs for minutes is polled no more often than the policy says.
-// A terminal task reports the policy's value (nothing is left to poll).
-// An owner that has spent more than half of its rate-limit burst is told
-// the policy's value too: a client that follows the short intervals of
-// many young tasks at once would otherwise run into the rate limit
-// (engine.Thrifty).
+// pollStart and pollGrowth shape the pollInterval a running task reports
+// (engine.PollInterval, both wires).
 const (
-	pollStart  = 5 * time.Millisecond
-	pollGrowth = 40
+	pollStart  = engine.PollStart
+	pollGrowth = engine.PollGrowth
 )
 
 // reportedPollInterval is the pollInterval t reports at now.
 func reportedPollInterval(t *taskstore.Task, now time.Time) time.Duration {
-	if t.PollInterval <= 0 || t.Status.Terminal() {
-		return t.PollInterval
-	}
-	age := max(now.Sub(t.CreatedAt), 0) // replicas' clocks may differ a little
-	return max(min(pollStart+age/pollGrowth, t.PollInterval).Truncate(time.Millisecond), time.Millisecond)
+	return engine.PollInterval(t, now, false)
 }
 
 // timeFormat is RFC 3339 in UTC with milliseconds (T-26, T-27).

@@ -34,6 +34,13 @@ func (f *faultTransport) RoundTrip(ctx context.Context, req *fasthttp.Request) (
 	return f.Transport.RoundTrip(ctx, req)
 }
 
+func (f *faultTransport) Send(ctx context.Context, req *fasthttp.Request) (*upstream.Call, error) {
+	if f.roundTripErr != nil {
+		return nil, f.roundTripErr
+	}
+	return f.Transport.Send(ctx, req)
+}
+
 // TestUpstreamFaults: transport errors injected through upstream.Transport
 // (no dial function swapped) reach the client as the mapped answers: a
 // pass-through that times out gets 504 with the request's id, a task whose

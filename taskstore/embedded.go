@@ -88,7 +88,7 @@ type memShard struct {
 	leases leaseHeap
 	sess   map[string]memSessRec
 	srec   map[string]*memSessRecord
-	watch  map[taskRef]map[chan struct{}]EventKind
+	watch  map[taskRef]map[*taskWatcher]EventKind
 	swatch map[sessRef]map[*sessWatcher]struct{}
 	_      [64]byte // keep shards' mutexes on separate cache lines
 }
@@ -167,7 +167,7 @@ func NewEmbedded(cfg Config) (*Embedded, func(), error) {
 		sh.owners = map[string]*memOwner{}
 		sh.sess = map[string]memSessRec{}
 		sh.srec = map[string]*memSessRecord{}
-		sh.watch = map[taskRef]map[chan struct{}]EventKind{}
+		sh.watch = map[taskRef]map[*taskWatcher]EventKind{}
 		sh.swatch = map[sessRef]map[*sessWatcher]struct{}{}
 	}
 	d.wg.Add(1)
@@ -199,8 +199,8 @@ func (e *Embedded) Close() error {
 			sh := &d.shards[i]
 			sh.mu.Lock()
 			for _, ws := range sh.watch {
-				for ch := range ws {
-					signal(ch)
+				for w := range ws {
+					w.signal()
 				}
 			}
 			for _, ws := range sh.swatch {
@@ -228,21 +228,14 @@ func (e *Embedded) lock(owner string) (*memShard, *memOwner) {
 	return sh, sh.owners[owner]
 }
 
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
-}
-
 // publish wakes the task's watchers that want kind; sh.mu is held.
 func (sh *memShard) publish(t *memTask, kind EventKind) {
 	if len(sh.watch) == 0 {
 		return
 	}
-	for ch, kinds := range sh.watch[t.ref()] {
+	for w, kinds := range sh.watch[t.ref()] {
 		if kinds.has(kind) {
-			signal(ch)
+			w.signal()
 		}
 	}
 }
@@ -603,29 +596,42 @@ func (e *Embedded) Watch(ctx context.Context, owner, id string) (<-chan struct{}
 // WatchKinds implements Store. It never waits: the watcher is registered
 // when it returns.
 func (e *Embedded) WatchKinds(_ context.Context, owner, id string, kinds EventKind) (<-chan struct{}, func(), error) {
+	ch := make(chan struct{}, 1)
+	stop, err := e.watch(owner, id, kinds, &taskWatcher{ch: ch})
+	if err != nil {
+		return nil, nil, err
+	}
+	return ch, stop, nil
+}
+
+// WatchFunc implements Store. It never waits: the watcher is registered
+// when it returns.
+func (e *Embedded) WatchFunc(_ context.Context, owner, id string, kinds EventKind, fn func()) (func(), error) {
+	return e.watch(owner, id, kinds, &taskWatcher{fn: fn})
+}
+
+func (e *Embedded) watch(owner, id string, kinds EventKind, w *taskWatcher) (func(), error) {
 	if !validOwner(owner) || !validID(id) {
-		return nil, nil, ErrNotFound
+		return nil, ErrNotFound
 	}
 	if e.d.closed.Load() {
-		return nil, nil, fmt.Errorf("taskstore: watch %s: %w", id, errStoreClosed)
+		return nil, fmt.Errorf("taskstore: watch %s: %w", id, errStoreClosed)
 	}
-	ch := make(chan struct{}, 1)
 	ref := taskRef{owner, id}
 	sh := e.shard(owner)
 	sh.mu.Lock()
 	ws := sh.watch[ref]
 	if ws == nil {
-		ws = map[chan struct{}]EventKind{}
+		ws = map[*taskWatcher]EventKind{}
 		sh.watch[ref] = ws
 	}
-	ws[ch] = kinds
+	ws[w] = kinds
 	sh.mu.Unlock()
-	var once sync.Once
-	return ch, func() {
-		once.Do(func() {
+	return func() {
+		w.once.Do(func() { // the watcher's own Once: no allocation of its own
 			sh.mu.Lock()
 			if ws := sh.watch[ref]; ws != nil {
-				delete(ws, ch)
+				delete(ws, w)
 				if len(ws) == 0 {
 					delete(sh.watch, ref)
 				}

@@ -259,6 +259,11 @@ type Events interface {
 	// WatchKinds is Watch for the event kinds in kinds only (0 = all).
 	// Reconnects and Close always signal.
 	WatchKinds(ctx context.Context, owner, id string, kinds EventKind) (ch <-chan struct{}, stop func(), err error)
+	// WatchFunc is WatchKinds calling fn for each signal instead of
+	// sending on a channel, so a watcher needs no goroutine of its own.
+	// fn runs on the store's delivery path, under its locks: it must
+	// return at once and must not call the store.
+	WatchFunc(ctx context.Context, owner, id string, kinds EventKind, fn func()) (stop func(), err error)
 	// WatchSession subscribes to the session's events. Same contract as
 	// Watch, except that events carry a payload and are not coalesced; a
 	// SessionRescan stands for whatever may have been lost.

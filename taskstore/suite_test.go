@@ -38,6 +38,7 @@ func runSuite(t *testing.T, newBackend func(testing.TB) *backend) {
 		{"OwnerLimit_T78_E46_Q23", testOwnerLimit},
 		{"WatchAcrossReplicas", testWatch},
 		{"WatchKinds", testWatchKinds},
+		{"WatchFunc", testWatchFunc},
 		{"Recover", testRecover},
 		{"RecoverConcurrent", testRecoverConcurrent},
 		{"RenewSeesCancel", testRenewSeesCancel},
@@ -1045,4 +1046,58 @@ func testWatchKinds(t *testing.T, b *backend) {
 		t.Fatal(err)
 	}
 	recv(t, ch, "Cancel from another replica")
+}
+
+// testWatchFunc: WatchFunc calls its function for the kinds it watches
+// (a cancel from another replica, an answer), not for the others, and no
+// more once stopped.
+func testWatchFunc(t *testing.T, b *backend) {
+	runner := b.open(t, Config{})
+	other := b.open(t, Config{})
+	ctx := testCtx(t)
+	task := newTask(ownerA)
+	task.Session = "sess1"
+	task = mustCreate(t, runner, task, CreateOptions{})
+	ch := make(chan struct{}, 1)
+	stop, err := runner.WatchFunc(ctx, ownerA, task.ID, EventTerminal|EventAnswer, func() {
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	all, stopAll, err := runner.Watch(ctx, ownerA, task.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopAll()
+	if _, err := runner.Update(ctx, ownerA, task.ID, "", "progress 1 of 3"); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, all, "Update on the unfiltered watcher")
+	select {
+	case <-ch:
+		t.Fatal("the function watching terminal events and answers was called for an update")
+	default:
+	}
+	if err := runner.AddPending(ctx, ownerA, "sess1", `"q1"`, task.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Answer(ctx, ownerA, "sess1", `"q1"`, []byte(`{"jsonrpc":"2.0","id":"q1","result":{}}`)); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, ch, "Answer")
+	stop()
+	stop() // idempotent
+	if _, err := other.Cancel(ctx, ownerA, task.ID, "stop"); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, all, "Cancel on the unfiltered watcher")
+	select {
+	case <-ch:
+		t.Fatal("the function was called after stop")
+	default:
+	}
 }

@@ -46,16 +46,55 @@ func (s *Redis) WatchKinds(ctx context.Context, owner, id string, kinds EventKin
 	ctx, cancel := bound(ctx, s.opTimeout)
 	defer cancel()
 	ch := make(chan struct{}, 1)
-	ready, stop, err := s.hub.add(ctx, s.k.events(owner, id), ch, nil, kinds, "", "")
+	stop, err := s.watch(ctx, owner, id, kinds, &taskWatcher{ch: ch})
 	if err != nil {
-		return nil, nil, fmt.Errorf("taskstore: watch %s: %w", id, err)
+		return nil, nil, err
+	}
+	return ch, stop, nil
+}
+
+// WatchFunc implements Store: WatchKinds calling fn instead of signalling
+// a channel, on the fan-out goroutine.
+func (s *Redis) WatchFunc(ctx context.Context, owner, id string, kinds EventKind, fn func()) (func(), error) {
+	if !validOwner(owner) || !validID(id) {
+		return nil, ErrNotFound
+	}
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
+	return s.watch(ctx, owner, id, kinds, &taskWatcher{fn: fn})
+}
+
+func (s *Redis) watch(ctx context.Context, owner, id string, kinds EventKind, w *taskWatcher) (func(), error) {
+	ready, stop, err := s.hub.add(ctx, s.k.events(owner, id), w, nil, kinds, "", "")
+	if err != nil {
+		return nil, fmt.Errorf("taskstore: watch %s: %w", id, err)
 	}
 	select {
 	case <-ready:
-		return ch, stop, nil
+		return stop, nil
 	case <-ctx.Done():
 		stop()
-		return nil, nil, fmt.Errorf("taskstore: watch %s: %w: %w", id, ErrUnavailable, context.Cause(ctx))
+		return nil, fmt.Errorf("taskstore: watch %s: %w: %w", id, ErrUnavailable, context.Cause(ctx))
+	}
+}
+
+// taskWatcher is one watcher of a task's events: a channel signalled
+// without blocking (Watch, WatchKinds) or a function called (WatchFunc),
+// under the store's lock.
+type taskWatcher struct {
+	ch   chan struct{}
+	fn   func()
+	once sync.Once // makes stop idempotent
+}
+
+func (w *taskWatcher) signal() {
+	if w.fn != nil {
+		w.fn()
+		return
+	}
+	select {
+	case w.ch <- struct{}{}:
+	default:
 	}
 }
 
@@ -213,7 +252,7 @@ type hub struct {
 // channels and WatchSession's event watchers (a channel name has only one
 // kind, but the hub does not care).
 type topic struct {
-	watchers map[chan struct{}]EventKind // watcher -> event kinds it wants (0 = all)
+	watchers map[*taskWatcher]EventKind // watcher -> event kinds it wants (0 = all)
 	sess     map[*sessWatcher]struct{}
 	ready    chan struct{} // closed once Redis confirmed the subscription
 	isReady  bool
@@ -225,7 +264,7 @@ type topic struct {
 // add registers ch or sw (one of them non-nil) for channel name,
 // subscribing when it is the first watcher. ready is closed once the
 // subscription is confirmed.
-func (h *hub) add(ctx context.Context, name string, ch chan struct{}, sw *sessWatcher, kinds EventKind, owner, session string) (ready <-chan struct{}, stop func(), err error) {
+func (h *hub) add(ctx context.Context, name string, ch *taskWatcher, sw *sessWatcher, kinds EventKind, owner, session string) (ready <-chan struct{}, stop func(), err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
@@ -236,7 +275,7 @@ func (h *hub) add(ctx context.Context, name string, ch chan struct{}, sw *sessWa
 	}
 	t := h.subs[name]
 	if t == nil {
-		t = &topic{watchers: map[chan struct{}]EventKind{}, sess: map[*sessWatcher]struct{}{}, ready: make(chan struct{}),
+		t = &topic{watchers: map[*taskWatcher]EventKind{}, sess: map[*sessWatcher]struct{}{}, ready: make(chan struct{}),
 			owner: owner, session: session}
 		h.subs[name] = t
 		h.pending[name]++
@@ -252,11 +291,14 @@ func (h *hub) add(ctx context.Context, name string, ch chan struct{}, sw *sessWa
 	if sw != nil {
 		t.sess[sw] = struct{}{}
 	}
+	if ch != nil { // the watcher's own Once: no allocation of its own
+		return t.ready, func() { ch.once.Do(func() { h.remove(name, ch, nil) }) }, nil
+	}
 	var once sync.Once
 	return t.ready, func() { once.Do(func() { h.remove(name, ch, sw) }) }, nil
 }
 
-func (h *hub) remove(name string, ch chan struct{}, sw *sessWatcher) {
+func (h *hub) remove(name string, ch *taskWatcher, sw *sessWatcher) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	t := h.subs[name]
@@ -320,13 +362,9 @@ func (h *hub) signal(name, payload string) {
 		return
 	}
 	kind := payloadKind(payload)
-	for ch, kinds := range t.watchers {
-		if !kinds.has(kind) {
-			continue
-		}
-		select {
-		case ch <- struct{}{}:
-		default:
+	for w, kinds := range t.watchers {
+		if kinds.has(kind) {
+			w.signal()
 		}
 	}
 	if len(t.sess) == 0 {
@@ -404,11 +442,8 @@ func (h *hub) renewLoop() {
 // notify wakes every watcher after a reconnect or at Close: a signal for
 // Watch, an 'r' for WatchSession.
 func (t *topic) notify() {
-	for ch := range t.watchers {
-		select {
-		case ch <- struct{}{}:
-		default:
-		}
+	for w := range t.watchers {
+		w.signal()
 	}
 	for w := range t.sess {
 		w.deliver(SessionEvent{Kind: SessionRescan})

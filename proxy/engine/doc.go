@@ -17,13 +17,15 @@
 //     of is always readable from any replica sharing the store.
 //   - Runners: a pool of goroutines reused across jobs (a fresh goroutine
 //     would grow its stack on every task). A Job is one running call; its
-//     supervisor starts only after the call has run for a moment (most
+//     supervision starts only after the call has run for a moment (most
 //     calls end before) and then renews the lease, watches the store for a
 //     cancel (from any replica) and for the client's answers, and ends the
 //     call at its deadline: the policy timeout or the task's ttl,
-//     whichever comes first. The runner records the outcome (retrying
-//     while the store is briefly down), or nothing when the task was
-//     cancelled or expired.
+//     whichever comes first. One supervisor per engine does this for
+//     every call (a heap of due times, a few workers for the store calls),
+//     so a long call costs no goroutine but its runner. The runner records
+//     the outcome (retrying while the store is briefly down), or nothing
+//     when the task was cancelled or expired.
 //   - Leases: every process fails the tasks whose runner stopped renewing
 //     (a killed process), at most Config.Lease after the last renewal
 //     (LeaseRenew, LeaseTTL, LeaseSkew, LeaseCheck).

@@ -84,6 +84,7 @@ type Engine struct {
 	store   taskstore.Store
 	log     *zerolog.Logger
 	up      Upstream
+	sender  Sender // up, when it is one
 	hooks   Hooks
 	tools   toolLimiter
 	limiter *rateLimiter
@@ -93,6 +94,7 @@ type Engine struct {
 	// instead of through a store subscription.
 	jobs sync.Map
 
+	sup     *supervisor   // supervision of the running calls
 	runq    chan *Job     // idle runner goroutines receive jobs here (startJob)
 	closing chan struct{} // closed when Close starts: idle runners exit
 	// runnersStarted and runnersIdle count runner goroutines started and
@@ -102,7 +104,7 @@ type Engine struct {
 	root           context.Context
 	cancel         context.CancelFunc
 	wg             lifeGroup      // runners and the wires' streams (Add may race with Close's Wait)
-	bg             sync.WaitGroup // lease recovery
+	bg             sync.WaitGroup // lease recovery and the supervisor's loop
 	closed         atomic.Bool
 }
 
@@ -119,8 +121,11 @@ func New(cfg Config, store taskstore.Store, log *zerolog.Logger, up Upstream, ho
 	root, cancelRoot := context.WithCancelCause(context.Background())
 	e.root, e.cancel = root, func() { cancelRoot(ErrShutdown) }
 	e.runq, e.closing = make(chan *Job), make(chan struct{})
-	e.bg.Add(1)
+	e.sender, _ = up.(Sender)
+	e.sup = newSupervisor(e)
+	e.bg.Add(2)
 	go e.recoverLoop()
+	go e.sup.loop()
 	return e
 }
 

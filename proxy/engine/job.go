@@ -41,6 +41,20 @@ type Upstream interface {
 	Ended(j *Job)
 }
 
+// Sender is an Upstream whose calls can be sent before Call, so the wait
+// for the answer happens near the bottom of the runner's stack: a call
+// that waits for minutes (thousands of them at once) then holds a runner
+// whose stack the garbage collector shrinks. The engine calls Send, then
+// Wait, then Call, all from the runner goroutine.
+type Sender interface {
+	// Send writes j's request (a call it does not send itself is sent by
+	// Call).
+	Send(ctx context.Context, j *Job)
+	// Wait blocks until the answer to what Send wrote starts to arrive, or
+	// the call is aborted; Call then reads it. Wait should call little.
+	Wait(j *Job)
+}
+
 // Result is the upstream outcome of one call.
 type Result struct {
 	Status  taskstore.Status // Completed or Failed
@@ -82,6 +96,9 @@ type Job struct {
 	finalTask *taskstore.Task
 	finalOut  *taskstore.Outcome
 
+	// sendPanicked: the Sender's Send panicked (the call fails).
+	sendPanicked bool
+
 	// queued is set once the runner queued a message of the task in the
 	// store; until then a wait of this process needs no drain and no
 	// listening mark.
@@ -96,14 +113,12 @@ type Job struct {
 	// deadlineCause is ErrTimeout or ErrExpired, the one deadline stands for.
 	deadlineCause error
 
-	mu sync.Mutex
-	// supTimer starts the supervisor (superviseRun) once the call has run
-	// for watchDelay or reached its deadline; most calls end before and
-	// never need a goroutine, a subscription or a ticker.
-	supTimer *time.Timer
-	supDone  chan struct{} // closed when the supervisor returns; nil until it starts
-	ended    bool          // the call returned: the supervisor is not started any more
-	wake     chan struct{} // closed (and cleared) when a message is queued; made by waiters
+	// sup is the call's supervision (supervise.go), guarded by the
+	// supervisor's lock.
+	sup supState
+
+	mu   sync.Mutex
+	wake chan struct{} // closed (and cleared) when a message is queued; made by waiters
 }
 
 // JobLog logs with the task's id and tool. It is built lazily per line,
@@ -180,39 +195,6 @@ func (j *Job) changes() <-chan struct{} {
 	return j.wake
 }
 
-// startSupervision arms the timer that starts superviseRun.
-func (e *Engine) startSupervision(j *Job) {
-	after := min(watchDelay, time.Until(j.deadline))
-	j.mu.Lock()
-	j.supTimer = time.AfterFunc(after, func() {
-		j.mu.Lock()
-		defer j.mu.Unlock()
-		if j.ended {
-			return
-		}
-		j.supDone = make(chan struct{})
-		go func() {
-			defer close(j.supDone)
-			e.superviseRun(j)
-		}()
-	})
-	j.mu.Unlock()
-}
-
-// stopSupervision ends the call's context and waits for the supervisor, if
-// it started.
-func (j *Job) stopSupervision() {
-	j.mu.Lock()
-	j.ended = true
-	j.supTimer.Stop()
-	done := j.supDone
-	j.mu.Unlock()
-	j.cancel(nil)
-	if done != nil {
-		<-done
-	}
-}
-
 // startJob runs j on an idle runner goroutine, or on a new one. Runner
 // goroutines are reused: a fresh goroutine grows its stack (copying it)
 // on the way through the upstream call and the store, for every task.
@@ -234,11 +216,19 @@ const runnerIdle = 10 * time.Second
 // been idle for runnerIdle or the engine closes.
 func (e *Engine) runner(j *Job) {
 	defer e.wg.Done()
-	idle := time.NewTimer(runnerIdle)
-	defer idle.Stop()
+	var idle *time.Timer // made after the first job: a call may run for minutes
+	defer func() {
+		if idle != nil {
+			idle.Stop()
+		}
+	}()
 	for {
 		e.run(j)
-		idle.Reset(runnerIdle)
+		if idle == nil {
+			idle = time.NewTimer(runnerIdle)
+		} else {
+			idle.Reset(runnerIdle)
+		}
 		e.runnersIdle.Add(1)
 		select {
 		case j = <-e.runq:
@@ -260,44 +250,90 @@ func (j *Job) settle() { j.settleOnce.Do(func() { close(j.settled) }) }
 // only writer of the task's terminal state besides a cancel and lease
 // recovery; the store settles races (a late outcome after a cancel is
 // dropped).
+//
+// The call blocks on the upstream for as long as it runs (minutes, for
+// thousands of calls at once), with this goroutine's stack below it: run
+// and call keep their frames small (the cleanup, the outcome and panics
+// are handled in functions of their own), so the stack of a waiting
+// runner stays within what the garbage collector shrinks it to.
 func (e *Engine) run(j *Job) {
-	t := j.Task
+	defer e.runEnded(j)
+	e.begin(j)
+	if e.sender != nil && !e.send(j) {
+		e.sender.Wait(j)
+	}
+	e.conclude(j, e.call(j))
+}
+
+// begin starts j's run: the upstream's preparation, supervision.
+func (e *Engine) begin(j *Job) {
 	if e.hooks.Running != nil {
 		e.hooks.Running(1)
 	}
-	defer func() {
-		j.settle()
-		e.jobs.Delete(t.ID)
-		if e.hooks.Running != nil {
-			e.hooks.Running(-1)
-		}
-		e.tools.release(t.Tool)
-		e.endSessionTask(j)
-		e.up.Ended(j)
-	}()
-
-	ctx, cancel := j.ctx, j.cancel
-	defer cancel(nil)
-
 	e.up.Begin(j)
-	e.startSupervision(j)
+	e.sup.add(j)
+}
 
-	var res Result
-	func() {
-		defer func() {
-			if p := recover(); p != nil {
-				j.Log.Error().Interface("panic", p).Bytes("stack", debug.Stack()).Msg("task runner panicked")
-				res = Result{Status: taskstore.Failed, Message: "taskgate internal error while running the call", Outcome: taskstore.Outcome{Kind: taskstore.OutcomeInternal}}
-			}
-		}()
-		callStart := time.Now()
-		res = e.up.Call(ctx, j)
-		if e.hooks.CallDuration != nil {
-			e.hooks.CallDuration(t.Tool, time.Since(callStart))
+// send sends j's request (Sender); it reports whether sending panicked
+// (the task then fails like a panic in Call).
+func (e *Engine) send(j *Job) (panicked bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			j.Log.Error().Interface("panic", p).Bytes("stack", debug.Stack()).Msg("task runner panicked")
+			j.sendPanicked = true
+			panicked = true
 		}
 	}()
-	cause := context.Cause(ctx)
-	j.stopSupervision()
+	e.sender.Send(j.ctx, j)
+	return false
+}
+
+// runEnded releases what run held for j.
+func (e *Engine) runEnded(j *Job) {
+	t := j.Task
+	j.cancel(nil)
+	j.settle()
+	e.jobs.Delete(t.ID)
+	if e.hooks.Running != nil {
+		e.hooks.Running(-1)
+	}
+	e.tools.release(t.Tool)
+	e.endSessionTask(j)
+	e.up.Ended(j)
+}
+
+// call runs j's upstream call; a panic of the upstream's code fails the
+// task.
+func (e *Engine) call(j *Job) (res Result) {
+	if j.sendPanicked {
+		return panicResult
+	}
+	defer e.recoverCall(j, &res)
+	callStart := time.Now()
+	res = e.up.Call(j.ctx, j)
+	if e.hooks.CallDuration != nil {
+		e.hooks.CallDuration(j.Task.Tool, time.Since(callStart))
+	}
+	return res
+}
+
+// recoverCall, deferred by call, turns a panic into a failed outcome.
+func (e *Engine) recoverCall(j *Job, res *Result) {
+	if p := recover(); p != nil {
+		j.Log.Error().Interface("panic", p).Bytes("stack", debug.Stack()).Msg("task runner panicked")
+		*res = panicResult
+	}
+}
+
+// panicResult is the outcome of a call whose upstream code panicked.
+var panicResult = Result{Status: taskstore.Failed, Message: "taskgate internal error while running the call", Outcome: taskstore.Outcome{Kind: taskstore.OutcomeInternal}}
+
+// conclude ends j's supervision and records the outcome of its call, or
+// what its context's cause says instead.
+func (e *Engine) conclude(j *Job, res Result) {
+	t := j.Task
+	cause := context.Cause(j.ctx)
+	e.sup.stop(j)
 
 	switch {
 	case errors.Is(cause, ErrCancelledByClient):
@@ -323,78 +359,7 @@ func (e *Engine) run(j *Job) {
 	e.finish(j, res)
 }
 
-// superviseRun ends the call when the task is cancelled (through any
-// replica: the store's wake-ups, with lease renewals as the fallback) or
-// its deadline passes, and renews the lease meanwhile. It starts once the
-// call has run for watchDelay (startSupervision): most calls end quickly,
-// which saves a goroutine, a subscription pair and two timers per short
-// task. The re-read after subscribing catches a cancel that came before.
-// Shutdown ends j.ctx through the root context.
-func (e *Engine) superviseRun(j *Job) {
-	t, ctx, cancel := j.Task, j.ctx, j.cancel
-	check := func(st taskstore.Status, err error) bool {
-		switch {
-		case errors.Is(err, taskstore.ErrNotFound):
-			cancel(ErrExpired)
-			return true
-		case err == nil && st == taskstore.Cancelled:
-			cancel(ErrCancelledByClient)
-			return true
-		}
-		return false
-	}
-	left := time.Until(j.deadline)
-	if left <= 0 {
-		cancel(j.deadlineCause) // started at the deadline (a timeout below watchDelay)
-		return
-	}
-	deadline := time.NewTimer(left)
-	defer deadline.Stop()
-	renew := time.NewTicker(LeaseRenew(e.cfg.Lease))
-	defer renew.Stop()
-	reread := func() bool {
-		tt, err := e.store.Get(ctx, t.Owner, t.ID)
-		var st taskstore.Status
-		if tt != nil {
-			st = tt.Status
-		}
-		return check(st, err)
-	}
-	var ch <-chan struct{}
-	if ctx.Err() == nil {
-		c, stop, err := e.store.WatchKinds(ctx, t.Owner, t.ID, taskstore.EventTerminal+taskstore.EventAnswer)
-		if err == nil { // else rely on lease renewals
-			defer stop()
-			ch = c
-			e.up.Answers(ctx, j)
-			if reread() {
-				return
-			}
-		}
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-deadline.C:
-			cancel(j.deadlineCause)
-			return
-		case <-ch:
-			e.up.Answers(ctx, j)
-			if reread() {
-				return
-			}
-		case <-renew.C:
-			e.up.Answers(ctx, j) // in case a wake-up was missed
-			st, err := e.store.Renew(ctx, t.Owner, t.ID, LeaseTTL(e.cfg.Lease))
-			if check(st, err) {
-				return
-			}
-		}
-	}
-}
-
-// watchDelay is how long a call runs before its supervisor starts and
+// watchDelay is how long a call runs before its supervision starts and
 // subscribes to the task's events (cancels and client answers).
 const watchDelay = 250 * time.Millisecond
 

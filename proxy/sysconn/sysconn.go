@@ -73,6 +73,9 @@ type Conn struct {
 	heldErr  syscall.Errno // why, if it failed
 	heldFn   func(fd uintptr) bool
 	holdNext bool // HoldNextWrite was called
+	// peekFn and peekBuf serve WaitReadable.
+	peekFn  func(fd uintptr) bool
+	peekBuf [1]byte
 	// heldMu guards held against a Close from another goroutine.
 	heldMu sync.Mutex
 
@@ -152,6 +155,7 @@ func Wrap(c net.Conn) net.Conn {
 	s.readFn = s.doRead
 	s.writeFn = s.doWrite
 	s.heldFn = s.doHeldWrite
+	s.peekFn = s.doPeek
 	return s
 }
 
@@ -322,6 +326,41 @@ func (s *Conn) rawRead() (err, werr error) {
 		default:
 			return err, nil
 		}
+	}
+}
+
+// WaitReadable waits, under the read deadline, until a Read would not
+// block (data, the end of the stream or an error is there), without
+// reading anything. A caller that waits long for an answer (a background
+// call that runs for minutes) takes its read buffer only then. A write
+// held by WriteLater is not sent: call it after a plain Write.
+func (s *Conn) WaitReadable() error {
+	for {
+		err := s.raw.Read(s.peekFn)
+		switch {
+		case err == nil:
+			return nil
+		case s.rearm(err):
+			// a lazily armed deadline fired early: wait on
+		default:
+			return s.opError("read", err)
+		}
+	}
+}
+
+// doPeek reports whether a read of fd would not block (recv with MSG_PEEK
+// of one byte leaves the byte in the socket).
+func (s *Conn) doPeek(fd uintptr) bool {
+	for {
+		_, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&s.peekBuf[0])), 1,
+			syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+		switch e {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false
+		}
+		return true
 	}
 }
 

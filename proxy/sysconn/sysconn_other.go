@@ -21,6 +21,9 @@ func Wrap(c net.Conn) net.Conn { return c }
 // WriteLater writes p at once off Linux.
 func (s *Conn) WriteLater(p []byte) (int, error) { return s.Conn.Write(p) }
 
+// WaitReadable returns at once off Linux (the caller then reads as usual).
+func (s *Conn) WaitReadable() error { return nil }
+
 // HoldNextWrite does nothing off Linux.
 func (s *Conn) HoldNextWrite() {}
 

@@ -469,3 +469,45 @@ func TestHoldNextWrite(t *testing.T) {
 		t.Fatalf("after Close the peer read %q, %v; want the held write", b, err)
 	}
 }
+
+// WaitReadable returns once data is there without consuming it, at the end
+// of the stream, and with a timeout at the read deadline; a Close from
+// another goroutine unblocks it.
+func TestWaitReadable(t *testing.T) {
+	c, srv := pair(t)
+	if err := c.SetReadDeadline(time.Now().Add(50 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitReadable(); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("WaitReadable with nothing to read = %v, want a timeout", err)
+	}
+	if err := c.SetReadDeadline(time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- c.WaitReadable() }()
+	if _, err := srv.Write([]byte("hi")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("WaitReadable = %v", err)
+	}
+	buf := make([]byte, 2)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "hi" {
+		t.Fatalf("Read after WaitReadable = %q, %v; want the bytes it saw", buf, err)
+	}
+	srv.Close()
+	if err := c.WaitReadable(); err != nil {
+		t.Fatalf("WaitReadable at the end of the stream = %v, want nil (the Read tells the end)", err)
+	}
+	if _, err := c.Read(buf); err != io.EOF {
+		t.Fatalf("Read = %v, want io.EOF", err)
+	}
+
+	c2, _ := pair(t)
+	go func() { done <- c2.WaitReadable() }()
+	c2.Close()
+	if err := <-done; err == nil {
+		t.Fatal("WaitReadable on a closed connection = nil, want an error")
+	}
+}

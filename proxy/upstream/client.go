@@ -32,6 +32,9 @@ type Transport interface {
 	// RoundTrip sends req on a background connection, which closes when
 	// ctx ends; release the Call with Done.
 	RoundTrip(ctx context.Context, req *fasthttp.Request) (*Call, error)
+	// Send is RoundTrip's first half: it writes req (not used afterwards)
+	// on a background connection; the Call's Await reads the answer.
+	Send(ctx context.Context, req *fasthttp.Request) (*Call, error)
 	// Post sends body with the headers hdr and discards the answer; it
 	// returns the answer's status.
 	Post(hdr *fasthttp.RequestHeader, body []byte, timeout time.Duration) (int, error)

@@ -22,20 +22,46 @@ func newConn(c net.Conn) *conn {
 
 // BackgroundReadBuf is the size of a background call's read buffer.
 // Background calls wait on their connection for as long as the call runs
-// (minutes, for thousands of tasks at once), so their buffers are what an
-// in-flight task costs: a 4 KiB reader (response headers and the stream)
-// and no writer of their own (a pooled one writes the request). Readers of
-// such a call's body (an SSE line reader) should use the same size.
+// (minutes, for thousands of tasks at once), so what they hold while they
+// wait is what an in-flight task costs: no writer of their own (a pooled
+// one writes the request) and no reader either until the answer starts to
+// arrive (see RoundTrip); then a 4 KiB reader from bgReaders (response
+// headers and the stream), given back at Done. Readers of such a call's
+// body (an SSE line reader) should use the same size.
 const BackgroundReadBuf = 4 << 10
 
 // newBgConn wraps a connection for background calls (bgPool); its bw is
-// nil: RoundTrip writes with a writer from bgWriters.
-func newBgConn(c net.Conn) *conn {
-	return &conn{Conn: c, br: bufio.NewReaderSize(c, BackgroundReadBuf)}
+// nil (RoundTrip writes with a writer from bgWriters) and so is its br
+// while no call reads it.
+func newBgConn(c net.Conn) *conn { return &conn{Conn: c} }
+
+// bgWriters and bgReaders hold the writers of background requests and the
+// readers of their answers.
+var (
+	bgWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10) }}
+	bgReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, BackgroundReadBuf) }}
+)
+
+// takeReader gives c a pooled reader (background connections).
+func (c *conn) takeReader() {
+	if c.br == nil {
+		c.br = bgReaders.Get().(*bufio.Reader)
+		c.br.Reset(c.Conn)
+	}
 }
 
-// bgWriters holds the writers of background requests.
-var bgWriters = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10) }}
+// dropReader gives c's pooled reader back and reports whether it held no
+// unread bytes (background connections).
+func (c *conn) dropReader() bool {
+	if c.br == nil {
+		return true
+	}
+	clean := c.br.Buffered() == 0
+	c.br.Reset(nil)
+	bgReaders.Put(c.br)
+	c.br = nil
+	return clean
+}
 
 // pool keeps idle upstream connections (LIFO). Safe for concurrent use.
 type pool struct {
