@@ -3,8 +3,6 @@ package e2e
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,21 +49,7 @@ func runConformanceScript(t *testing.T, script, url, label string, scenarios ...
 // cannot send requests to the client, so its sampling and elicitation
 // scenarios fail with or without taskgate.
 func TestConformance016Server(t *testing.T) {
-	if testing.Short() {
-		t.Skip("conformance suite skipped in -short mode")
-	}
-	for _, bin := range []string{"node", "npm", "bash"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("%s not on PATH: the conformance suite needs node and npm", bin)
-		}
-	}
-	if runtime.GOOS == "windows" {
-		t.Skip("run.sh needs a POSIX shell")
-	}
-	script, err := filepath.Abs(filepath.Join("testdata", "conformance-0.1.16", "run.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	script := conformanceScript(t, "conformance-0.1.16")
 	for _, era := range upstreamEras {
 		t.Run(era.name, func(t *testing.T) {
 			up := startLegacy(t, append(slices.Clone(era.args), "--everything")...)

@@ -514,11 +514,11 @@ func TestModernTwoReplicas(t *testing.T) {
 
 var conformanceLine = regexp.MustCompile(`^(\S+) (\S+): (\d+) passed, (\d+) failed`)
 
-// TestConformance runs the official conformance suite's ten tasks
-// scenarios (e2e/testdata/conformance/run.sh) against taskgate in front of
-// each upstream era and fails on any failed check. It needs node and npm
-// (the suite is installed with npm ci from the pinned lock file).
-func TestConformance(t *testing.T) {
+// conformanceScript returns the absolute path of the run.sh of the pinned
+// conformance suite in testdata/dir. It skips the test in -short mode and
+// when node, npm or a POSIX shell is missing (CI installs them).
+func conformanceScript(t *testing.T, dir string) string {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("conformance suite skipped in -short mode")
 	}
@@ -530,10 +530,19 @@ func TestConformance(t *testing.T) {
 	if runtime.GOOS == "windows" {
 		t.Skip("run.sh needs a POSIX shell")
 	}
-	script, err := filepath.Abs(filepath.Join("testdata", "conformance", "run.sh"))
+	script, err := filepath.Abs(filepath.Join("testdata", dir, "run.sh"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return script
+}
+
+// TestConformance runs the official conformance suite's ten tasks
+// scenarios (e2e/testdata/conformance/run.sh) against taskgate in front of
+// each upstream era and fails on any failed check. It needs node and npm
+// (the suite is installed with npm ci from the pinned lock file).
+func TestConformance(t *testing.T) {
+	script := conformanceScript(t, "conformance")
 	for _, era := range upstreamEras {
 		t.Run(era.name, func(t *testing.T) {
 			up := startLegacy(t, era.args...)

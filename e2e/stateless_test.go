@@ -7,9 +7,6 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
-	"os/exec"
-	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -227,21 +224,7 @@ func failedChecks(rest string) []string {
 // upstream alone, which also fails sep-2575-server-unsupported-version-error
 // (its -32022 has no data.supported; taskgate answers that error itself).
 func TestConformanceStateless(t *testing.T) {
-	if testing.Short() {
-		t.Skip("conformance suite skipped in -short mode")
-	}
-	for _, bin := range []string{"node", "npm", "bash"} {
-		if _, err := exec.LookPath(bin); err != nil {
-			t.Skipf("%s not on PATH: the conformance suite needs node and npm", bin)
-		}
-	}
-	if runtime.GOOS == "windows" {
-		t.Skip("run.sh needs a POSIX shell")
-	}
-	script, err := filepath.Abs(filepath.Join("testdata", "conformance", "run.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	script := conformanceScript(t, "conformance")
 	const scenario = "server-stateless"
 	upstreamFails := []string{"sep-2575-server-declares-prompts-in-discover"}
 	check := func(t *testing.T, url, label string, want []string) {
