@@ -342,6 +342,30 @@ func find(o *memOwner, id string, now int64) *memTask {
 	return nil
 }
 
+// openTask is the prelude of an operation on one of owner's tasks: it
+// fails when the store is closed, locks owner's shard and finds task id
+// as of now. A missing task is ErrNotFound; a terminal one is
+// ErrTerminal when working is set. When err is nil the shard stays locked
+// and the caller unlocks sh.mu; otherwise nothing is locked.
+func (e *Embedded) openTask(owner, id string, working bool) (sh *memShard, o *memOwner, t *memTask, now int64, err error) {
+	if e.d.closed.Load() {
+		return nil, nil, nil, 0, errStoreClosed
+	}
+	now = e.nowMS()
+	sh, o = e.lock(owner)
+	switch t = find(o, id, now); {
+	case t == nil:
+		err = ErrNotFound
+	case working && t.terminal():
+		err = ErrTerminal
+	}
+	if err != nil {
+		sh.mu.Unlock()
+		return nil, nil, nil, 0, err
+	}
+	return sh, o, t, now, nil
+}
+
 // Get implements Store.
 func (e *Embedded) Get(_ context.Context, owner, id string) (*Task, error) {
 	if e.d.closed.Load() {
@@ -378,19 +402,11 @@ func (e *Embedded) Update(_ context.Context, owner, id string, st Status, msg st
 	if st != "" && st != Working && st != InputRequired {
 		return nil, fmt.Errorf("taskstore: update %s: status %q is not working or input_required", id, st)
 	}
-	if e.d.closed.Load() {
-		return nil, errStoreClosed
+	sh, _, t, now, err := e.openTask(owner, id, true)
+	if err != nil {
+		return nil, err
 	}
-	now := e.nowMS()
-	sh, o := e.lock(owner)
 	defer sh.mu.Unlock()
-	t := find(o, id, now)
-	switch {
-	case t == nil:
-		return nil, ErrNotFound
-	case t.terminal():
-		return nil, ErrTerminal
-	}
 	changed := false
 	if st != "" && st != t.status {
 		t.status, changed = st, true
@@ -425,19 +441,11 @@ func (e *Embedded) Cancel(_ context.Context, owner, id, msg string) (*Task, erro
 }
 
 func (e *Embedded) terminate(owner, id string, st Status, msg string, out Outcome, keepNotes bool) (*Task, error) {
-	if e.d.closed.Load() {
-		return nil, errStoreClosed
+	sh, o, t, now, err := e.openTask(owner, id, true)
+	if err != nil {
+		return nil, err
 	}
-	now := e.nowMS()
-	sh, o := e.lock(owner)
 	defer sh.mu.Unlock()
-	t := find(o, id, now)
-	switch {
-	case t == nil:
-		return nil, ErrNotFound
-	case t.terminal():
-		return nil, ErrTerminal
-	}
 	sh.end(o, t, st, msg, out, keepNotes, now)
 	return t.snapshot(), nil
 }
@@ -537,19 +545,15 @@ func (e *Embedded) List(_ context.Context, owner, cursor string, limit int) ([]T
 
 // Renew implements Store like Redis.Renew.
 func (e *Embedded) Renew(_ context.Context, owner, id string, lease time.Duration) (Status, error) {
-	if e.d.closed.Load() {
-		return "", errStoreClosed
-	}
 	if lease <= 0 {
 		lease = DefaultLease
 	}
-	now := e.nowMS()
-	sh, o := e.lock(owner)
+	sh, _, t, now, err := e.openTask(owner, id, false)
+	if err != nil {
+		return "", err
+	}
 	defer sh.mu.Unlock()
-	t := find(o, id, now)
 	switch {
-	case t == nil:
-		return "", ErrNotFound
 	case t.terminal():
 		return t.status, nil
 	}
@@ -682,19 +686,11 @@ func (e *Embedded) Enqueue(_ context.Context, owner, id string, kind MessageKind
 	if !kind.valid() {
 		return 0, fmt.Errorf("taskstore: enqueue %s: message kind %q", id, byte(kind))
 	}
-	if e.d.closed.Load() {
-		return 0, errStoreClosed
+	sh, o, t, now, err := e.openTask(owner, id, true)
+	if err != nil {
+		return 0, err
 	}
-	now := e.nowMS()
-	sh, o := e.lock(owner)
 	defer sh.mu.Unlock()
-	t := find(o, id, now)
-	switch {
-	case t == nil:
-		return 0, ErrNotFound
-	case t.terminal():
-		return 0, ErrTerminal
-	}
 	t.queue = append(t.queue, Message{Kind: kind, Data: append([]byte(nil), msg...)})
 	dropped := 0
 	if max > 0 && len(t.queue) > max {
@@ -775,19 +771,11 @@ func (e *Embedded) Requeue(_ context.Context, owner, id string, msgs []Message) 
 			return fmt.Errorf("taskstore: requeue %s: message kind %q", id, byte(m.Kind))
 		}
 	}
-	if e.d.closed.Load() {
-		return errStoreClosed
+	sh, o, t, now, err := e.openTask(owner, id, true)
+	if err != nil {
+		return err
 	}
-	now := e.nowMS()
-	sh, o := e.lock(owner)
 	defer sh.mu.Unlock()
-	t := find(o, id, now)
-	switch {
-	case t == nil:
-		return ErrNotFound
-	case t.terminal():
-		return ErrTerminal
-	}
 	q := make([]Message, 0, len(msgs)+len(t.queue))
 	for _, m := range msgs {
 		q = append(q, Message{Kind: m.Kind, Data: append([]byte(nil), m.Data...)})
@@ -870,19 +858,11 @@ func (e *Embedded) AddPending(_ context.Context, owner, session, reqID, id strin
 	if !validOwner(owner) || !validID(id) {
 		return ErrNotFound
 	}
-	if e.d.closed.Load() {
-		return errStoreClosed
+	sh, o, t, _, err := e.openTask(owner, id, true)
+	if err != nil {
+		return err
 	}
-	now := e.nowMS()
-	sh, o := e.lock(owner)
 	defer sh.mu.Unlock()
-	t := find(o, id, now)
-	switch {
-	case t == nil:
-		return ErrNotFound
-	case t.terminal():
-		return ErrTerminal
-	}
 	if o.pending == nil {
 		o.pending = map[pendRef]string{}
 	}

@@ -204,18 +204,11 @@ func (e *Embedded) AddInputRequest(_ context.Context, owner, id, key string, req
 	if !validOwner(owner) || !validID(id) {
 		return ErrNotFound
 	}
-	if e.d.closed.Load() {
-		return errStoreClosed
+	sh, _, t, _, err := e.openTask(owner, id, true)
+	if err != nil {
+		return err
 	}
-	sh, o := e.lock(owner)
 	defer sh.mu.Unlock()
-	t := find(o, id, e.nowMS())
-	switch {
-	case t == nil:
-		return ErrNotFound
-	case t.terminal():
-		return ErrTerminal
-	}
 	if t.inputs == nil {
 		t.inputs = map[string][]byte{}
 	}
@@ -253,18 +246,11 @@ func (e *Embedded) AnswerInputs(_ context.Context, owner, id string, answers []I
 	if !validOwner(owner) || !validID(id) {
 		return nil, 0, ErrNotFound
 	}
-	if e.d.closed.Load() {
-		return nil, 0, errStoreClosed
+	sh, _, t, _, err := e.openTask(owner, id, true)
+	if err != nil {
+		return nil, 0, err
 	}
-	sh, o := e.lock(owner)
 	defer sh.mu.Unlock()
-	t := find(o, id, e.nowMS())
-	switch {
-	case t == nil:
-		return nil, 0, ErrNotFound
-	case t.terminal():
-		return nil, 0, ErrTerminal
-	}
 	var taken []string
 	for _, a := range answers {
 		if _, ok := t.inputs[a.Key]; !ok {
