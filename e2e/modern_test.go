@@ -332,6 +332,30 @@ func TestModernTasks(t *testing.T) {
 	}
 }
 
+// elicitationKeys maps each property the task's open elicitation requests
+// ask for to the key of its request; who names the view in failures.
+func elicitationKeys(t *testing.T, who string, d detailedTask) map[string]string {
+	t.Helper()
+	keys := map[string]string{} // property -> key
+	for k, raw := range d.InputRequests {
+		var q struct {
+			Method string `json:"method"`
+			Params struct {
+				RequestedSchema struct {
+					Properties map[string]any `json:"properties"`
+				} `json:"requestedSchema"`
+			} `json:"params"`
+		}
+		if err := json.Unmarshal(raw, &q); err != nil || q.Method != "elicitation/create" {
+			t.Fatalf("%sinputRequests[%s] = %s", who, k, raw)
+		}
+		for p := range q.Params.RequestedSchema.Properties {
+			keys[p] = k
+		}
+	}
+	return keys
+}
+
 // TestModernInput: questions inside a task (M-13..M-16) and before it
 // (M-27), for both upstream eras.
 func TestModernInput(t *testing.T) {
@@ -349,23 +373,7 @@ func TestModernInput(t *testing.T) {
 			if d.Status != "input_required" {
 				t.Fatalf("task with two questions is %q", d.Status)
 			}
-			keys := map[string]string{} // property -> key
-			for k, raw := range d.InputRequests {
-				var q struct {
-					Method string `json:"method"`
-					Params struct {
-						RequestedSchema struct {
-							Properties map[string]any `json:"properties"`
-						} `json:"requestedSchema"`
-					} `json:"params"`
-				}
-				if err := json.Unmarshal(raw, &q); err != nil || q.Method != "elicitation/create" {
-					t.Fatalf("inputRequests[%s] = %s", k, raw)
-				}
-				for p := range q.Params.RequestedSchema.Properties {
-					keys[p] = k
-				}
-			}
+			keys := elicitationKeys(t, "", d)
 			accept := func(content map[string]any) map[string]any {
 				return map[string]any{"action": "accept", "content": content}
 			}
@@ -625,23 +633,7 @@ func TestModernInputAcrossReplicas(t *testing.T) {
 			if d.Status != "input_required" {
 				t.Fatalf("B's view of the task with two questions is %q", d.Status)
 			}
-			keys := map[string]string{} // property -> key
-			for k, raw := range d.InputRequests {
-				var q struct {
-					Method string `json:"method"`
-					Params struct {
-						RequestedSchema struct {
-							Properties map[string]any `json:"properties"`
-						} `json:"requestedSchema"`
-					} `json:"params"`
-				}
-				if err := json.Unmarshal(raw, &q); err != nil || q.Method != "elicitation/create" {
-					t.Fatalf("B's inputRequests[%s] = %s", k, raw)
-				}
-				for p := range q.Params.RequestedSchema.Properties {
-					keys[p] = k
-				}
-			}
+			keys := elicitationKeys(t, "B's ", d)
 			if keys["name"] == "" || keys["confirm"] == "" {
 				t.Fatalf("questions through B = %v, want one for name and one for confirm", d.InputRequests)
 			}
