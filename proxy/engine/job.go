@@ -204,10 +204,26 @@ func (e *Engine) startJob(j *Job) {
 		return
 	default:
 	}
+	if e.runnersIdle.Load() > 0 {
+		// A runner counts itself idle just before it waits on runq: give
+		// it a moment to get there rather than start another goroutine.
+		// The bound covers a runner whose idle timer fires meanwhile.
+		wait := time.NewTimer(handOverWait)
+		select {
+		case e.runq <- j:
+			wait.Stop()
+			return
+		case <-wait.C:
+		}
+	}
 	e.wg.Add(1)
 	e.runnersStarted.Add(1)
 	go e.runner(j)
 }
+
+// handOverWait bounds startJob's wait for a runner that counted itself
+// idle and is about to wait for a job.
+const handOverWait = time.Millisecond
 
 // runnerIdle is how long a runner goroutine waits for another job.
 const runnerIdle = 10 * time.Second
