@@ -72,9 +72,13 @@ func (w *logWriter) Dropped() uint64 { return w.dropped.Load() }
 
 // flushDelay is how long the writer lets lines gather after the first one
 // before it writes them: one wake-up and one write system call per batch
-// instead of per line. Lines reach the output at most this late.
-const flushDelay = time.Millisecond
-
+// instead of per line. Lines reach the output at most this late. It is not
+// shorter because every write is dear beyond its own cost: a blocking
+// system call wakes the Go runtime's monitor thread from its deep sleep,
+// which then polls every 20 µs for a while, each poll a thread switch
+// taken from the requests. With a batch every millisecond, a proxy on one
+// core spent about 15% more CPU per request than with one every 50 ms.
+const flushDelay = 50 * time.Millisecond
 // maxBatch bounds the bytes of one write.
 const maxBatch = 64 << 10
 
