@@ -100,7 +100,6 @@ type Client struct {
 	passPool pool                 // connections for pass-through (Relay)
 	// relayBufs holds *[]byte buffers for reading buffered answers.
 	relayBufs sync.Pool
-	endWait   time.Duration // Relay's wait for the end of an SSE answer (SetEndWait)
 }
 
 // New returns a Client for o.URL, which the caller has validated.
@@ -134,7 +133,6 @@ func New(o Options) *Client {
 	c.bgPool = pool{max: 256, maxIdle: o.IdleConn}
 	c.passPool = pool{max: 1024, maxIdle: o.IdleConn}
 	c.relayBufs.New = func() any { b := make([]byte, 16<<10); return &b }
-	c.endWait = endWait
 	c.hc = &fasthttp.HostClient{
 		Addr:                          c.addr,
 		Name:                          "taskgate",
@@ -158,11 +156,6 @@ func New(o Options) *Client {
 // Path returns the path of the upstream's MCP endpoint, as escaped in the
 // URL ("/" when the URL has none). The caller must not modify it.
 func (c *Client) Path() []byte { return c.path }
-
-// SetEndWait changes how long Relay holds the beginning of a POST's SSE
-// answer to send it whole (default 500µs). Call it before the Client is
-// used (tests).
-func (c *Client) SetEndWait(d time.Duration) { c.endWait = d }
 
 // IdleConns returns how many idle connections the pass-through and the
 // background pools hold.

@@ -99,8 +99,8 @@ type idleConn struct {
 	net.Conn
 	idle, lifetime time.Duration
 	start          time.Time
-	// until, when set, is an earlier deadline for reads (Relay's short
-	// wait for the end of an answer).
+	// until, when set, is an earlier deadline for reads (a streamed
+	// answer's short wait before it watches its client, Relayed.Read).
 	until time.Time
 	// deadline is the read deadline fasthttp sets for a request with a
 	// timeout (DoTimeout: Post, Delete, DeleteSession); zero when none.

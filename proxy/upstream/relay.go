@@ -3,7 +3,9 @@ package upstream
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"io"
+	"net"
 	"sync/atomic"
 	"time"
 
@@ -35,15 +37,16 @@ const (
 // is read at once and goes to the client in one write, with a
 // Content-Length, instead of one write for the event and one for the end of
 // the chunked body: one system call and one wake-up of the client less per
-// request. A POST's SSE answer that has begun but not ended gets a short
-// wait (SetEndWait, default endWait) for its end first: SDKs write the
-// response event and the end of the body in two writes a few microseconds
-// apart, which arrive separately about one time in four under load. Any
-// other body, and one that does not end within the wait, is streamed: each
-// piece the upstream sends is written to the client as soon as it arrives;
-// Relay then returns the Relayed body stream, which the caller must give a
-// StreamEnd before its handler returns. The request itself is sent by the
-// read of the answer (sysconn.Conn.WriteLater), saving a system call.
+// request. Any other body is streamed: each piece the upstream sends is
+// written to the client as soon as it arrives; Relay then returns the
+// Relayed body stream, which the caller must give a StreamEnd before its
+// handler returns. Relay never waits for more of a body than has arrived:
+// a timed wait for the end of an SSE answer (SDKs write the event and the
+// end of the body in two writes) cost more than it saved where it matters,
+// on a busy core, where the upstream often cannot write the end within any
+// short wait and the wait's timer then wakes the proxy for nothing. The
+// request itself is sent by the read of the answer
+// (sysconn.Conn.WriteLater), saving a system call.
 //
 // A request is never replayed (a tools/call that may have run must not run
 // twice): an error after the request may have reached the upstream is
@@ -83,8 +86,7 @@ func (c *Client) Relay(rc *fasthttp.RequestCtx) (*Relayed, error) {
 	switch {
 	case body == nil:
 		r.eof = true
-	case bodyBuffered(resp, uc.br) ||
-		(req.Header.IsPost() && isEventStream(resp.Header.ContentType()) && uc.waitBody(resp, c.endWait)):
+	case bodyBuffered(resp, uc.br):
 		if err := r.readAll(rc, body); err != nil {
 			r.release()
 			rc.Response.ResetBody()
@@ -93,21 +95,13 @@ func (c *Client) Relay(rc *fasthttp.RequestCtx) (*Relayed, error) {
 	default:
 		resp.Header.CopyTo(&rc.Response.Header)
 		r.body = body
-		// A client that leaves a streamed answer (a GET stream, a long
-		// POST answer) must be seen at once, not at the next failed
-		// write: closing the upstream connection then tells the upstream
-		// too, which stops sending into a stream nobody reads.
-		r.unwatch = sysconn.WatchClose(rc.Conn(), r.clientGone)
+		r.client = rc.Conn()
 		rc.Response.SetBodyStream(r, resp.Header.ContentLength())
 		return r, nil
 	}
 	resp.Header.CopyTo(&rc.Response.Header)
 	r.release()
 	return nil, nil
-}
-
-func isEventStream(ct []byte) bool {
-	return bytes.HasPrefix(bytes.TrimSpace(ct), []byte("text/event-stream"))
 }
 
 // bodyBuffered reports whether the rest of resp's body is already in br,
@@ -122,37 +116,6 @@ func bodyBuffered(resp *fasthttp.Response, br *bufio.Reader) bool {
 		return err == nil && chunkedComplete(b)
 	}
 	return false // the body ends when the upstream closes the connection
-}
-
-// endWait bounds how long Relay holds the beginning of a POST's SSE answer
-// to send it whole. It is far below anything a client could notice and far
-// above the gap between an SDK's last event and the end of its body.
-const endWait = 500 * time.Microsecond
-
-// waitBody waits up to wait for the rest of resp's body to arrive in
-// c.br, and reports whether it did. A timed-out read leaves the bufio
-// reader and the connection usable (bufio hands the error out once; Go
-// connections survive a deadline), so streaming goes on from there. Only
-// plain connections wait: over TLS a body is streamed as it comes.
-func (c *conn) waitBody(resp *fasthttp.Response, wait time.Duration) bool {
-	ic, ok := c.Conn.(*idleConn)
-	if !ok || resp.Header.ContentLength() == -2 {
-		return false
-	}
-	ic.until = time.Now().Add(wait)
-	defer func() { ic.until = time.Time{} }()
-	for {
-		n := c.br.Buffered()
-		if n == c.br.Size() {
-			return false // a body larger than the buffer streams
-		}
-		if _, err := c.br.Peek(n + 1); err != nil {
-			return false
-		}
-		if bodyBuffered(resp, c.br) {
-			return true
-		}
-	}
 }
 
 // chunkedComplete reports whether b starts with a whole chunked body
@@ -226,6 +189,8 @@ type Relayed struct {
 	body     io.Reader
 	reusable bool
 	eof      bool
+	// client is the client's connection, watched for a close (watch).
+	client net.Conn
 	// unwatch ends the watch on the client connection (nil: none).
 	unwatch func()
 	// left is set when the client closed its connection mid-answer.
@@ -249,11 +214,43 @@ func (r *Relayed) clientGone() {
 
 // Read reads the upstream's body.
 func (r *Relayed) Read(p []byte) (int, error) {
+	if r.unwatch == nil && r.client != nil && r.c.br.Buffered() == 0 {
+		r.awaitOrWatch()
+	}
 	n, err := r.body.Read(p)
 	if err == io.EOF {
 		r.eof = true
 	}
 	return n, err
+}
+
+// watchAfter is how long a streamed answer waits for more of its body
+// before its client's connection is watched.
+const watchAfter = 20 * time.Millisecond
+
+// awaitOrWatch runs before a read of the body that would wait on the
+// upstream. A client that leaves a streamed answer (a GET stream, a long
+// POST answer) must be seen at once, not at the next failed write: closing
+// the upstream connection then tells the upstream too, which stops sending
+// into a stream nobody reads. Watching costs a goroutine and a few system
+// calls, more than the rest of a short answer's relay, and most streamed
+// answers are short: an SSE answer whose end the upstream wrote a moment
+// after its event. So the watch starts only once the upstream has sent
+// nothing for watchAfter (at once over TLS, where a timed-out read would
+// spoil the connection). A read that timed out leaves the bufio reader and
+// the connection usable: bufio hands the error out once, and Go
+// connections survive a deadline.
+func (r *Relayed) awaitOrWatch() {
+	if ic, ok := r.c.Conn.(*idleConn); ok {
+		ic.until = time.Now().Add(watchAfter)
+		_, err := r.c.br.Peek(1)
+		ic.until = time.Time{}
+		var ne net.Error
+		if err == nil || !errors.As(err, &ne) || !ne.Timeout() {
+			return // more has come, or the read reports the failure
+		}
+	}
+	r.unwatch = sysconn.WatchClose(r.client, r.clientGone)
 }
 
 // Close releases the answer; fasthttp calls it when the body is written or
