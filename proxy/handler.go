@@ -449,6 +449,9 @@ type reqInfo struct {
 	method  string
 	outcome string
 	taskID  string
+	// sessionLog is the request's session id as logs show it, when
+	// sessionAllowed found it cached ("": computed for the log line).
+	sessionLog string
 	// stream is set when the answer streams on after the handler
 	// returns (beginStream): the request is logged and counted when the
 	// stream ends, with the stream's outcome and whole duration.
@@ -474,7 +477,9 @@ func (h *Handler) record(rc *fasthttp.RequestCtx, info *reqInfo, start time.Time
 		taskID: info.taskID, start: start}
 	if h.log.GetLevel() <= zerolog.WarnLevel {
 		r.httpMethod = string(rc.Method())
-		if sid := rc.Request.Header.Peek(headerSessionID); len(sid) > 0 {
+		if info.sessionLog != "" {
+			r.session = info.sessionLog
+		} else if sid := rc.Request.Header.Peek(headerSessionID); len(sid) > 0 {
 			r.session = h.hashShort(sid)
 		}
 	}

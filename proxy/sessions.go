@@ -92,6 +92,9 @@ type binding struct {
 	closing   bool
 	checked   time.Time // when it was read from the store
 	refreshed time.Time // when this replica last extended the binding
+	// logID is the session id as logs show it (hashShort), kept here so
+	// that a request's log line costs no keyed hash ("": not yet known).
+	logID string
 }
 
 // bindingCache maps session ids to bindings: two generations, so hot
@@ -129,7 +132,7 @@ func (c *bindingCache) put(sid string, b binding) {
 // cannot record it, only this replica knows the binding.
 func (h *Handler) bindSession(sid, cred string) {
 	now := time.Now()
-	h.bindings.put(sid, binding{cred: cred, checked: now, refreshed: now})
+	h.bindings.put(sid, binding{cred: cred, checked: now, refreshed: now, logID: h.hashShort([]byte(sid))})
 	if err := h.store.BindSession(h.root, h.sessionKey([]byte(sid)), cred, sessionBindTTL); err != nil {
 		h.log.Warn().Err(err).Msg("recording the session's owner failed; only this replica enforces it")
 	}
@@ -160,6 +163,7 @@ func (h *Handler) sessionAllowed(rc *fasthttp.RequestCtx, info *reqInfo, sid []b
 			return true
 		}
 	}
+	info.sessionLog = b.logID
 	if b.cred == "" && !b.closing {
 		return true
 	}
@@ -194,7 +198,10 @@ func (h *Handler) loadBinding(sid []byte, prev binding, had bool, now time.Time)
 	defer cancel()
 	key := h.sessionKey(sid)
 	rec, err := h.store.Session(ctx, key)
-	b := binding{checked: now, refreshed: prev.refreshed}
+	b := binding{checked: now, refreshed: prev.refreshed, logID: prev.logID}
+	if b.logID == "" {
+		b.logID = h.hashShort(sid)
+	}
 	switch {
 	case errors.Is(err, taskstore.ErrNotFound):
 		if had && prev.cred != "" && !prev.closing {

@@ -255,3 +255,26 @@ func TestStaleAnswerDropped(t *testing.T) {
 		t.Errorf("the stale answer reached the upstream")
 	}
 }
+
+// Every request of a session logs the session id's keyed short hash,
+// never the id itself, whether its binding was just read from the store or
+// found cached.
+func TestRequestLogShowsHashedSession(t *testing.T) {
+	var logs lockedBuffer
+	tp := newTestProxy(t, func(rc *fasthttp.RequestCtx) {
+		rc.SetContentType("application/json")
+		rc.SetBodyString(`{"jsonrpc":"2.0","id":1,"result":{}}`)
+	}, withLogger(zerolog.New(&logs)))
+	for i := range 3 {
+		if resp := tp.do(newPost(`{"jsonrpc":"2.0","id":1,"method":"ping"}`, "Mcp-Session-Id", "sess-log-1")); resp.StatusCode() != fasthttp.StatusOK {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode(), resp.Body())
+		}
+	}
+	want := `"session":"` + tp.h.hashShort([]byte("sess-log-1")) + `"`
+	if n := strings.Count(logs.String(), want); n != 3 {
+		t.Errorf("%d request lines with %s; want 3:\n%s", n, want, logs.String())
+	}
+	if strings.Contains(logs.String(), "sess-log-1") {
+		t.Errorf("the session id itself reached the log:\n%s", logs.String())
+	}
+}
