@@ -548,7 +548,7 @@ func (h *Handler) logRequest(r *reqRecord, dur time.Duration) {
 		}
 	}
 	h.m.requests.WithLabelValues(metricMethod(r.method), r.outcome).Inc()
-	h.m.requestDur.WithLabelValues(metricMethod(r.method)).Observe(dur.Seconds())
+	h.m.observeRequest(r.method, dur)
 	lvl := zerolog.InfoLevel
 	if status >= 500 {
 		lvl = zerolog.WarnLevel

@@ -3,6 +3,7 @@ package proxy
 import (
 	"runtime"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -32,6 +33,33 @@ type Metrics struct {
 	storeErrs       *prometheus.CounterVec
 	running         prometheus.GaugeFunc
 	runningNow      atomic.Int64
+	// requestDurOf and upstreamOf hold requestDur's and upstreamLatency's
+	// histogram of each metric method once used (observers).
+	requestDurOf, upstreamOf sync.Map
+}
+
+// observer returns vec's histogram of the metric method label, from
+// cache. WithLabelValues checks, hashes and looks up its labels under a
+// lock on every call, a cost paid twice per proxied request otherwise; the
+// cache holds at most one entry per metric method (a bounded set) and
+// creates a series only when first observed, as WithLabelValues would.
+func observer(cache *sync.Map, vec *prometheus.HistogramVec, label string) prometheus.Observer {
+	if o, ok := cache.Load(label); ok {
+		return o.(prometheus.Observer)
+	}
+	o, _ := cache.LoadOrStore(label, vec.WithLabelValues(label))
+	return o.(prometheus.Observer)
+}
+
+// observeRequest records a client request's duration under its method.
+func (m *Metrics) observeRequest(method string, d time.Duration) {
+	observer(&m.requestDurOf, m.requestDur, metricMethod(method)).Observe(d.Seconds())
+}
+
+// observeUpstream records the time until the upstream's response headers
+// of a request of this method.
+func (m *Metrics) observeUpstream(method string, d time.Duration) {
+	observer(&m.upstreamOf, m.upstreamLatency, metricMethod(method)).Observe(d.Seconds())
 }
 
 // Buckets of the task and background call durations: tasks run for

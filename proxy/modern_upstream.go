@@ -365,7 +365,7 @@ func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		}
 		break
 	}
-	h.m.upstreamLatency.WithLabelValues(metricMethod(info.method)).Observe(time.Since(start).Seconds())
+	h.m.observeUpstream(info.method, time.Since(start))
 	if mc := (*missingCapability)(nil); errors.As(err, &mc) {
 		info.outcome = "missing_capability"
 		w.fail(rc, info, id, fasthttp.StatusBadRequest, wire2026.CodeMissingCapability, "taskgate: "+mc.Error(),

@@ -29,7 +29,7 @@ func (h *Handler) pass(rc *fasthttp.RequestCtx, info *reqInfo, id []byte) {
 		// is logged and counted when it ends.
 		stream.SetEnd(h.beginStream(info))
 	}
-	h.m.upstreamLatency.WithLabelValues(metricMethod(info.method)).Observe(time.Since(start).Seconds())
+	h.m.observeUpstream(info.method, time.Since(start))
 	if err != nil {
 		h.upstreamFailed(rc, info, id, err)
 		return

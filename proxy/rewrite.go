@@ -31,7 +31,7 @@ func (h *Handler) forwardRewriting(rc *fasthttp.RequestCtx, info *reqInfo, id []
 	resp := fasthttp.AcquireResponse()
 	start := time.Now()
 	err := h.up.Do(&rc.Request, resp)
-	h.m.upstreamLatency.WithLabelValues(metricMethod(info.method)).Observe(time.Since(start).Seconds())
+	h.m.observeUpstream(info.method, time.Since(start))
 	if err != nil {
 		fasthttp.ReleaseResponse(resp)
 		h.upstreamFailed(rc, info, id, err)

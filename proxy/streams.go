@@ -228,7 +228,7 @@ func (h *Handler) getStream(rc *fasthttp.RequestCtx, info *reqInfo) {
 	start := time.Now()
 	x, err := h.up.RoundTrip(ctx, req)
 	fasthttp.ReleaseRequest(req)
-	h.m.upstreamLatency.WithLabelValues("get_stream").Observe(time.Since(start).Seconds())
+	h.m.observeUpstream(metricGetStream, time.Since(start))
 	if err != nil {
 		cancel()
 		h.upstreamFailed(rc, info, nil, err)
