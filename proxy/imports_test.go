@@ -95,6 +95,11 @@ var importRules = []importRule{
 		why:    "direct socket system calls: nothing of taskgate",
 	},
 	{
+		pkgs:   []string{"proxy/sched/..."},
+		forbid: []string{"..."},
+		why:    "thread scheduling policy system calls: nothing of taskgate",
+	},
+	{
 		pkgs:   []string{"proxy/stdio/..."},
 		forbid: []string{"taskstore/...", "policy/...", "capability/...", "proxy/engine/...", "proxy/upstream/...", "proxy/wire2026/..."},
 		why:    "a stdio server is reached as an HTTP endpoint through Config.Dial: it knows nothing of tasks",

@@ -40,6 +40,7 @@ import (
 
 	"github.com/taskgate/taskgate/policy"
 	"github.com/taskgate/taskgate/proxy"
+	"github.com/taskgate/taskgate/proxy/sched"
 	"github.com/taskgate/taskgate/proxy/stdio"
 	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/taskstore"
@@ -79,7 +80,7 @@ type options struct {
 	upstreamCA                                          string
 	logLevel, logFormat                                 string
 	ownerKey, allowedOrigins                            string
-	rewriteHost, directIO                               bool
+	rewriteHost, directIO, schedBatch                   bool
 	maxBodySize, maxResultSize                          int
 	maxTasksPerOwner, listPageSize, queueMax, taskBurst int
 	procs                                               int
@@ -147,6 +148,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated Origin allow-list (403 otherwise); empty = not checked by taskgate")
 	fs.BoolVar(&o.rewriteHost, "rewrite-host", false, "send the upstream's host as Host instead of the client's (needed when the upstream checks Host against DNS rebinding, as the official Go SDK does on loopback; taskgate then checks Origin itself if --allowed-origins is set)")
 	fs.IntVar(&o.procs, "procs", defaultProcs, "CPUs that run taskgate's Go code at once (GOMAXPROCS); 1 costs the least CPU per request beside an upstream; 0 = Go's choice (the GOMAXPROCS variable, else CPU count or container limit)")
+	fs.BoolVar(&o.schedBatch, "sched-batch", true, "run taskgate's threads under Linux's batch scheduling policy: woken by the upstream's answer, taskgate does not preempt the upstream but waits for it to block (less CPU per request on shared cores; same CPU share); --upstream-command children run under the normal policy; false = the normal policy")
 	fs.BoolVar(&o.directIO, "direct-io", true, "read and write client and upstream TCP sockets with direct system calls (less CPU per request); false = Go's net.Conn")
 	fs.IntVar(&o.maxBodySize, "max-body-size", proxy.DefaultMaxBodySize, "maximum request body in bytes (413 above)")
 	fs.IntVar(&o.maxResultSize, "max-result-size", proxy.DefaultMaxResultSize, "maximum upstream result of a task in bytes (the task fails above)")
@@ -374,6 +376,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if n := procsFor(o, os.Getenv); n > 0 {
 		runtime.GOMAXPROCS(n)
 	}
+	if o.schedBatch && sched.Supported() {
+		if _, err := sched.SetBatch(); err != nil {
+			log.Warn().Err(err).Msg("running under the normal scheduling policy")
+		}
+	}
 	// SIGHUP is caught from the start: its default action would end the
 	// process.
 	hup := make(chan os.Signal, 1)
@@ -510,7 +517,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	go func() { serveErr <- srv.Serve(ln) }()
 	log.Info().Str("listen", ln.Addr().String()).Str("upstream", upstreamName).
 		Str("store", storeName(o)).Str("version", versionString()).
-		Int("procs", runtime.GOMAXPROCS(0)).Msg("taskgate listening")
+		Int("procs", runtime.GOMAXPROCS(0)).Bool("sched_batch", sched.Active()).Msg("taskgate listening")
 
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)

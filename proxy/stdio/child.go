@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/taskgate/taskgate/proxy/sched"
 )
 
 // child is one running stdio server process. Its stdin is written under
@@ -61,7 +63,8 @@ func startChild(cfg *Config) (*child, error) {
 	cmd.Dir = cfg.Dir
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = inR, outW, errW
 	cmd.SysProcAttr = procAttr()
-	err = cmd.Start()
+	// Under taskgate's batch scheduling policy the child would inherit it.
+	err = sched.Start(cmd.Start)
 	// The child holds its ends now; ours would keep its stdin open and
 	// hide its exit from the stdout reader.
 	inR.Close()
