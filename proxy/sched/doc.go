@@ -12,7 +12,8 @@
 // slice, then finds the whole answer at once. Its share of the CPU is
 // unchanged (same nice value); only wake-up preemption goes. With taskgate
 // and the go-sdk demo on one core this cut taskgate's CPU per proxied
-// request by about a fifth; with one client it added no latency.
+// request by a fifth to two fifths in three runs; with one client it added
+// no latency.
 //
 // Child processes (stdio upstreams) must not inherit the policy: Start
 // runs their fork on a thread set back to the normal policy for the
