@@ -76,9 +76,9 @@ func Start(start func() error) error {
 	return start()
 }
 
-// Policy returns the scheduling policy of thread tid (0: the calling
+// policyOf returns the scheduling policy of thread tid (0: the calling
 // thread): "batch", "normal" or another name.
-func Policy(tid int) (string, error) {
+func policyOf(tid int) (string, error) {
 	r, _, e := syscall.RawSyscall(syscall.SYS_SCHED_GETSCHEDULER, uintptr(tid), 0, 0)
 	if e != 0 {
 		return "", e
