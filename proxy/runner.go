@@ -143,7 +143,9 @@ func (h *Handler) resume(ctx context.Context, j *job, lastID string) (*upstream.
 	if j.req != nil {
 		j.req.Header.CopyTo(&req.Header)
 	} else {
-		j.hdr.CopyTo(&req.Header) // the call's headers, copied before it was sent
+		if err := j.header(&req.Header); err != nil { // the call's headers, copied before it was sent
+			return nil, err
+		}
 		req.Header.ResetConnectionClose()
 	}
 	req.Header.SetMethod(fasthttp.MethodGet)
@@ -250,7 +252,11 @@ func truncate(s string, n int) string {
 // postUpstream sends a message (a notification or a response) upstream
 // with the call's session headers and discards the answer.
 func (h *Handler) postUpstream(j *job, body []byte) {
-	status, err := h.up.Post(&j.hdr, body, 10*time.Second)
+	var hdr fasthttp.RequestHeader
+	status, err := 0, j.header(&hdr)
+	if err == nil {
+		status, err = h.up.Post(&hdr, body, 10*time.Second)
+	}
 	if err != nil || status >= 300 {
 		j.Log.Warn().Err(err).Int(logStatus, status).Msg("message to the upstream not accepted")
 	}

@@ -276,7 +276,11 @@ const msgSessionEnded = "cancelled: the client ended the MCP session that owned 
 // last call running on a session its client had ended (the engine's
 // endSessionTask found that).
 func (h *Handler) closeUpstreamSession(j *job) {
-	status, err := h.up.Delete(&j.hdr, 10*time.Second)
+	var hdr fasthttp.RequestHeader
+	status, err := 0, j.header(&hdr)
+	if err == nil {
+		status, err = h.up.Delete(&hdr, 10*time.Second)
+	}
 	if err != nil || status >= 300 && status != fasthttp.StatusNotFound {
 		j.Log.Warn().Err(err).Int(logStatus, status).Msg("ending the session upstream after its last task failed")
 		return
