@@ -90,5 +90,5 @@
 // shows only as a failed write of a stream writer. Stream writers get copies of what they need.
 //
 // Comments and test names cite requirements and decisions by short IDs
-// (T-17, E-14, M-01); GLOSSARY.md beside this file defines each of them.
+// (T-17, E-14, M-02); GLOSSARY.md beside this file defines each of them.
 package proxy
