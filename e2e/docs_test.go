@@ -216,7 +216,7 @@ func TestMarkdownLinkChecker(t *testing.T) {
 	}
 	got := linkProblems(root, docs)
 	want := map[string]bool{
-		"README.md:10: missing.md: no such file":                      true,
+		"README.md:10: missing.md: no such file":                       true,
 		"README.md:10: sub/OTHER.md#nope: no heading with that anchor": true,
 		"README.md:10: #nope: no heading with that anchor":             true,
 	}
