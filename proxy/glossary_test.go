@@ -13,9 +13,8 @@ import (
 	"testing"
 )
 
-// The glossary of cited IDs is the section "Glossary of cited IDs" of the
-// package documentation (doc.go). TestGlossary keeps it and the citations in
-// the module's Go files in step.
+// The glossary of cited IDs is GLOSSARY.md beside this file. TestGlossary
+// keeps it and the citations in the module's Go and markdown files in step.
 
 var (
 	// citeRE finds a cited ID ("T-08") or range ("T-07..T-10").
@@ -25,7 +24,7 @@ var (
 	suffixRE   = regexp.MustCompile(`\b[A-Za-z]\w*?(?:_[A-Z][0-9]{2,3})+\b`)
 	suffixIDRE = regexp.MustCompile(`_([A-Z])([0-9]{2,3})`)
 	// defRE finds a glossary entry: a list item "- T-17, T-18: text".
-	defRE = regexp.MustCompile(`^//\s+- ((?:[A-Z]-[0-9]{2,3})(?:, [A-Z]-[0-9]{2,3})*):`)
+	defRE = regexp.MustCompile(`^\s*- ((?:[A-Z]-[0-9]{2,3})(?:, [A-Z]-[0-9]{2,3})*):`)
 	// idRE checks the form of one ID.
 	idRE = regexp.MustCompile(`^[A-Z]-[0-9]{2,3}$`)
 )
@@ -102,7 +101,7 @@ func glossaryProblems(doc string, files map[string]string) []string {
 			case !idRE.MatchString(id):
 				problems = append(problems, fmt.Sprintf("%s: %q is not a well-formed ID or range (two or three digits, one series)", path, id))
 			case !defined[id]:
-				problems = append(problems, fmt.Sprintf("%s: %s is cited but not defined in the glossary (proxy/doc.go)", path, id))
+				problems = append(problems, fmt.Sprintf("%s: %s is cited but not defined in the glossary (proxy/GLOSSARY.md)", path, id))
 			}
 			if strings.HasPrefix(id, "E-") && secondWire(path) {
 				problems = append(problems, fmt.Sprintf("%s: %s is an edge case of the 2025-11-25 wire; the 2026-07-28 wire's are M- IDs", path, id))
@@ -146,7 +145,7 @@ func moduleRoot(t *testing.T) string {
 	}
 }
 
-// moduleGoFiles reads every .go file of the module under root, skipping what
+// moduleGoFiles reads every .go and .md file of the module under root, skipping what
 // the go command skips too (directories named testdata or vendor, or
 // starting with "." or "_", such as e2e/.npm) and node_modules. Symbolic
 // links are not followed.
@@ -165,7 +164,7 @@ func moduleGoFiles(t *testing.T, root string) map[string]string {
 			}
 			return nil
 		}
-		if !d.Type().IsRegular() || !strings.HasSuffix(name, ".go") {
+		if !d.Type().IsRegular() || !(strings.HasSuffix(name, ".go") || strings.HasSuffix(name, ".md")) {
 			return nil
 		}
 		b, err := os.ReadFile(path)
@@ -182,17 +181,17 @@ func moduleGoFiles(t *testing.T, root string) map[string]string {
 	return files
 }
 
-// TestGlossary: every ID a Go file of the module cites is defined in the
-// glossary of doc.go, every ID defined there is cited somewhere, and no file
-// of the 2026-07-28 wire cites an E- ID.
+// TestGlossary: every ID a Go or markdown file of the module cites is
+// defined in GLOSSARY.md, every ID defined there is cited somewhere, and no
+// file of the 2026-07-28 wire cites an E- ID.
 func TestGlossary(t *testing.T) {
 	root := moduleRoot(t)
 	files := moduleGoFiles(t, root)
-	doc, ok := files["proxy/doc.go"]
+	doc, ok := files["proxy/GLOSSARY.md"]
 	if !ok {
-		t.Fatal("proxy/doc.go not found")
+		t.Fatal("proxy/GLOSSARY.md not found")
 	}
-	delete(files, "proxy/doc.go")
+	delete(files, "proxy/GLOSSARY.md")
 	delete(files, "proxy/glossary_test.go") // its samples are no citations
 	if n := len(definitions(doc)); n < 100 {
 		t.Fatalf("the glossary defines %d IDs; the parser no longer finds its entries", n)
@@ -209,7 +208,7 @@ func TestGlossaryChecker(t *testing.T) {
 		[]string{"T-07", "T-08", "T-09", "E-14", "A-4", "T-10..Q-12", "X-01", "Q-12", "H-02"}; !slices.Equal(got, want) {
 		t.Errorf("citations = %q, want %q", got, want)
 	}
-	doc := "// Glossary\n//\n//   - T-01, T-02: one.\n//   - E-01: two (T-01).\n//   - M-01: three (Q-99).\n//   - T-01: again.\n"
+	doc := "# Glossary\n\n  - T-01, T-02: one.\n  - E-01: two (T-01).\n  - M-01: three (Q-99).\n  - T-01: again.\n"
 	if got, want := definitions(doc), []string{"T-01", "T-02", "E-01", "M-01", "T-01"}; !slices.Equal(got, want) {
 		t.Errorf("definitions = %q, want %q", got, want)
 	}
@@ -222,7 +221,7 @@ func TestGlossaryChecker(t *testing.T) {
 		"glossary: T-01 is defined twice",
 		`proxy/modern_tasks.go: E-01 is an edge case of the 2025-11-25 wire; the 2026-07-28 wire's are M- IDs`,
 		`proxy/tasks.go: "A-4" is not a well-formed ID or range (two or three digits, one series)`,
-		"proxy/tasks.go: H-07 is cited but not defined in the glossary (proxy/doc.go)",
+		"proxy/tasks.go: H-07 is cited but not defined in the glossary (proxy/GLOSSARY.md)",
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -15,11 +15,11 @@ type readmeFlagRow struct {
 	env, def, use string
 }
 
-// readmeFlags reads the table under the README's "## Flags" heading: flag
+// readmeFlags reads the table under the "## Flags" heading of this command's README: flag
 // name (without "--") to its row.
 func readmeFlags(t *testing.T) map[string]readmeFlagRow {
 	t.Helper()
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
