@@ -188,16 +188,21 @@ func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 
 	create := scriptCall{createCmd, []string{s.k.task(t.Owner, t.ID), s.k.index(t.Owner), s.k.live(t.Owner)}, []any{
 		t.ID, now, exp, keep, opt.MaxPerOwner, deadline, ttl, t.PollInterval.Milliseconds(),
-		t.Tool, t.UpstreamID, t.Runner, t.StatusMessage, s.k.taskPrefix(t.Owner), t.Session,
+		t.Tool, t.UpstreamID, t.Runner, t.StatusMessage, s.k.taskPrefix(t.Owner), t.Session, t.Era,
 	}}
-	calls := []scriptCall{create, {leaseAddCmd, []string{s.k.leases()}, []any{member, deadline, keep, now}}}
+	calls := []scriptCall{create,
+		{leaseAddCmd, []string{s.k.leases()}, []any{member, deadline, keep, now}},
+		{leaseAddCmd, []string{s.k.adminIndex()}, []any{member, now, keep, now}}}
+	ownerKey := s.k.taskOwner(t.ID)
+	extra := func(p redis.Pipeliner) { p.Do(ctx, "set", ownerKey, t.Owner, "pxat", exp) }
 	if s.fused {
-		create.keys = append(create.keys, s.k.leases())
-		create.args = append(create.args, member)
+		create.keys = append(create.keys, s.k.leases(), s.k.adminIndex(), ownerKey)
+		create.args = append(create.args, member, t.Owner)
 		calls = calls[:1]
 		calls[0] = create
+		extra = nil
 	}
-	res, err := s.pipe(ctx, calls, nil)
+	res, err := s.pipe(ctx, calls, extra)
 	if err != nil {
 		return wrapErr("create", t.ID, err)
 	}
@@ -205,8 +210,8 @@ func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 	if err != nil {
 		return wrapErr("create", t.ID, err)
 	}
-	if len(res) > 1 {
-		if err := res[1].Err(); err != nil {
+	for _, r := range res[1:] {
+		if err := r.Err(); err != nil {
 			return wrapErr("create", t.ID, err)
 		}
 	}
@@ -222,7 +227,11 @@ func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 		if !s.fused {
 			// Best effort: the lease entry was added in the same pipeline.
 			// If this fails, Recover drops it (it tolerates missing tasks).
-			_ = s.rdb.ZRem(ctx, s.k.leases(), member).Err()
+			p := s.rdb.Pipeline()
+			p.ZRem(ctx, s.k.leases(), member)
+			p.ZRem(ctx, s.k.adminIndex(), member)
+			p.Del(ctx, ownerKey)
+			_, _ = p.Exec(ctx)
 		}
 		return ErrOwnerLimit
 	case codeTerminal:
@@ -256,6 +265,8 @@ func prepareCreate(t *Task, opt CreateOptions) (time.Duration, error) {
 		return 0, fmt.Errorf("taskstore: create %s: invalid session key", t.ID)
 	case t.TTL < time.Millisecond:
 		return 0, fmt.Errorf("taskstore: create %s: ttl %v < 1ms", t.ID, t.TTL)
+	case !validEra(t.Era):
+		return 0, fmt.Errorf("taskstore: create %s: invalid era %q", t.ID, t.Era)
 	case t.PollInterval < 0:
 		return 0, fmt.Errorf("taskstore: create %s: negative poll interval", t.ID)
 	case opt.MaxPerOwner < 0:
@@ -776,6 +787,7 @@ func decodeTask(owner, id string, vals []any) (*Task, error) {
 		UpstreamID:    str(7),
 		Runner:        str(8),
 		Session:       str(9),
+		Era:           str(10),
 	}, nil
 }
 

@@ -20,6 +20,7 @@ const (
 	fUpID    = "upid"    // upstream JSON-RPC id, raw JSON text
 	fRunner  = "runner"  // runner process id
 	fSess    = "sess"    // Task.Session ("" for none)
+	fEra     = "era"     // Task.Era ("" for unknown)
 	fLease   = "lease"   // lease deadline, unix ms; removed when terminal
 	fOutKind = "okind"   // OutcomeKind; absent until finished
 	fOut     = "out"     // outcome raw bytes; absent until finished
@@ -27,7 +28,7 @@ const (
 
 // metaFields are the fields every script returns and decodeTask reads, in
 // this order. The Lua prelude's F table is generated from it.
-var metaFields = []string{fStatus, fMsg, fCreated, fUpdated, fTTL, fPoll, fTool, fUpID, fRunner, fSess}
+var metaFields = []string{fStatus, fMsg, fCreated, fUpdated, fTTL, fPoll, fTool, fUpID, fRunner, fSess, fEra}
 
 // outcomeFields is metaFields plus the outcome (Outcome's one HMGET).
 var outcomeFields = append(append([]string(nil), metaFields...), fOutKind, fOut)
@@ -136,10 +137,12 @@ const (
 // (0 = no cap), ARGV[6] lease deadline ms, ARGV[7] ttl ms, ARGV[8] poll ms,
 // ARGV[9] tool, ARGV[10] upstream id, ARGV[11] runner, ARGV[12] status
 // message, ARGV[13] task key prefix P:{owner}:task: (same slot), ARGV[14]
-// session ("" for none).
+// session ("" for none), ARGV[15] era.
 // Optional, on a single node (not Cluster), where every key is reachable
-// from one script: KEYS[4] the lease zset and ARGV[15] the lease member
-// (leaseAddCmd's work, done only when the task is stored).
+// from one script: KEYS[4] the lease zset, KEYS[5] the admin index P:tasks,
+// KEYS[6] the owner-by-id key P:id:<id>, ARGV[16] the member "<owner>/<id>"
+// (of the lease zset and the admin index) and ARGV[17] the owner (the
+// work of leaseAddCmd twice and a SET, done only when the task is stored).
 //
 // Returns {1} stored, {-1} id exists, {-2} owner at MaxPerOwner (nothing
 // written). With a cap, once the live zset reaches it, members whose expiry
@@ -167,7 +170,7 @@ local top = redis.call("ZRANGE", KEYS[2], -1, -1, "WITHSCORES")
 if top[2] and tonumber(top[2]) >= score then score = tonumber(top[2]) + 1 end
 redis.call("HSET", KEYS[1], "status", "working", "msg", ARGV[12], "created", ARGV[2], "updated", ARGV[2],
   "ttl", ARGV[7], "poll", ARGV[8], "tool", ARGV[9], "upid", ARGV[10], "runner", ARGV[11], "lease", ARGV[6],
-  "sess", ARGV[14])
+  "sess", ARGV[14], "era", ARGV[15])
 redis.call("PEXPIREAT", KEYS[1], ARGV[3])
 redis.call("ZADD", KEYS[2], ms(score), ARGV[1])
 redis.call("ZADD", KEYS[3], ARGV[3], ARGV[1])
@@ -175,17 +178,21 @@ local keep = tonumber(ARGV[4])
 extend(KEYS[2], keep, now)
 extend(KEYS[3], keep, now)
 if KEYS[4] then
-  redis.call("ZADD", KEYS[4], ARGV[6], ARGV[15])
+  redis.call("ZADD", KEYS[4], ARGV[6], ARGV[16])
   extend(KEYS[4], keep, now)
+  redis.call("ZADD", KEYS[5], ARGV[2], ARGV[16])
+  extend(KEYS[5], keep, now)
+  redis.call("SET", KEYS[6], ARGV[17], "PXAT", ARGV[3])
 end
 return {1}
 `)
 
-// leaseAddCmd records a lease in the global lease zset (its own slot, so it
-// is pipelined next to createCmd rather than run inside it).
+// leaseAddCmd adds a member to a global zset (the lease zset, the admin
+// index: their own slots, so it is pipelined next to createCmd rather than
+// run inside it) and keeps the zset until keep-until.
 //
-// KEYS[1] lease zset. ARGV[1] member "<owner>/<id>", ARGV[2] lease deadline
-// ms, ARGV[3] keep-until ms (task expiry + slack), ARGV[4] now ms.
+// KEYS[1] zset. ARGV[1] member "<owner>/<id>", ARGV[2] score (lease deadline
+// ms, creation ms), ARGV[3] keep-until ms (task expiry + slack), ARGV[4] now ms.
 // Returns 1.
 var leaseAddCmd = redis.NewScript(luaPrelude + `
 redis.call("ZADD", KEYS[1], ARGV[2], ARGV[1])

@@ -655,6 +655,8 @@ func testStreamKeysExpire(t *testing.T, b *backend) {
 			b.k.index(ownerA):               ttl + indexSlack + keepStep,
 			b.k.live(ownerA):                ttl + indexSlack + keepStep,
 			b.k.leases():                    ttl + indexSlack + keepStep,
+			b.k.adminIndex():                ttl + indexSlack + keepStep,
+			b.k.taskOwner(task.ID):          ttl,
 		}
 		got := map[string]time.Duration{}
 		for _, k := range scanKeys(t, b.raw, b.prefix) {

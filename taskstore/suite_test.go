@@ -61,6 +61,8 @@ func runSuite(t *testing.T, newBackend func(testing.TB) *backend) {
 		{"PendingTask", testPendingTask},
 		{"InputRequests", testInputRequests},
 		{"InputAnswerRace", testInputAnswerRace},
+		{"AdminList", testAdminList},
+		{"AdminFindStats", testAdminFindStats},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.fn(t, newBackend(t)) })
