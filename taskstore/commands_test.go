@@ -19,27 +19,34 @@ import (
 // commandBudgets are the Redis commands each operation may cost, counted by
 // a real redis-server (INFO commandstats counts the commands a script
 // runs, too), averaged over opRuns runs in steady state (scripts cached,
-// the owner's index and live zsets and the lease zset already extended for
-// this keepStep). Each entry is the most the operation may cost of that
-// command; a command not listed must not be run at all. They are the
-// budgets of the design: one EVALSHA or HMGET per operation; one
-// PEXPIREAT per create (the task hash), none for the zsets within one
-// keepStep; no lease-zset write on Renew; no PUBLISH on a session channel
-// nobody listens on (only the task channel's).
+// the owner's index and the admin index already extended for this
+// keepStep, the runner registered). Each entry is the most the operation
+// may cost of that command; a command not listed must not be run at all.
+// They are the budgets of the design: one EVALSHA or HMGET per operation;
+// one PEXPIREAT per create (the task hash), none for the zsets within one
+// keepStep; no lease entry per task (runners have heartbeats); no PUBLISH
+// on a session channel nobody listens on (only the task channel's); the
+// cleanup of queue, inbox, mark and input requests only for tasks that
+// had them.
 var commandBudgets = map[string]map[string]float64{
-	"Create": {"evalsha": 1, "exists": 1, "zcard": 1, "zrange": 1, "hset": 1, "pexpireat": 1.1, "zadd": 3, "pttl": 3},
+	// Create with a MaxPerOwner cap: the live zset's ZCARD and ZADD; the
+	// admin index's ZADD and the owner-by-id SET.
+	"Create": {"evalsha": 1, "zcard": 1, "zrange": 1, "hset": 1, "pexpireat": 1.1, "zadd": 3, "set": 1, "pttl": 0.1},
 	"Get":    {"hmget": 1},
 	// Update publishes on the task channel and checks the session's
 	// listener registry instead of publishing there.
 	"Update": {"evalsha": 1, "hmget": 1, "hset": 1, "publish": 1, "hget": 1},
-	// Enqueue sets the queue's expiry only when it starts the queue.
-	"Enqueue": {"evalsha": 1, "hmget": 1, "rpush": 1, "pexpireat": 1.1, "publish": 1, "exists": 1, "sadd": 1, "pttl": 1.1, "hget": 1},
+	// Enqueue sets the queue's expiry and the task's aux mark only when it
+	// starts the queue.
+	"Enqueue": {"evalsha": 1, "hmget": 1, "rpush": 1, "pexpireat": 1.1, "hset": 1, "publish": 1, "exists": 1, "sadd": 1, "pttl": 1.1, "hget": 1},
 	"Drain":   {"evalsha": 1, "lrange": 1, "del": 1, "hget": 1, "srem": 1},
 	"Renew":   {"evalsha": 1, "hmget": 1, "hset": 1},
 	"Outcome": {"hmget": 1},
-	"Finish": {"evalsha": 1, "zrem": 2, "hmget": 1, "hset": 1, "hdel": 1, "lrange": 1, "del": 1,
+	// Finish of a task that had a queue (the Enqueue above) and a cap.
+	"Finish": {"evalsha": 1, "zrem": 1, "hmget": 1, "hset": 1, "lrange": 1, "del": 1,
 		"publish": 1, "srem": 1, "hget": 1},
-	"Cancel": {"evalsha": 1, "zrem": 2, "hmget": 1, "hset": 1, "hdel": 1, "del": 1, "publish": 1, "srem": 1, "hget": 1},
+	// Cancel of a task that never had a queue, with a cap.
+	"Cancel": {"evalsha": 1, "zrem": 1, "hmget": 1, "hset": 1, "publish": 1, "hget": 1},
 	// List of a page of 10 from 20 tasks: one range read and one HMGET per
 	// task read (10 and the one that tells there is more).
 	"List": {"evalsha": 1, "zrangebyscore": 1, "hmget": 11},

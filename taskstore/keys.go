@@ -30,9 +30,10 @@ import (
 //	P:{owner}:sl          hash   session -> unix ms until which a replica listens on its
 //	                             channel (scripts publish there only then); expires with
 //	                             the latest registration
-//	P:leases              zset   member "<owner>/<id>", score = a lease deadline the task had
-//	                             (Create's; Recover moves it to the current one when it finds
-//	                             the lease renewed; the hash's lease field is authoritative)
+//	P:runners             zset   member runner id, score = its heartbeat deadline (runners.go)
+//	P:leases              zset   member "<owner>/<id>", score = a lease deadline: the per-task
+//	                             lease entries of earlier versions, drained by Recover
+//	                             (nothing adds to it any more)
 //	P:tasks               zset   admin index: member "<owner>/<id>", score = CreatedAt ms; every
 //	                             task until it expires (AdminList; pruned of members whose
 //	                             task is gone by AdminList, AdminStats and Recover)
@@ -64,6 +65,9 @@ func (k keys) live(owner string) string { return k.prefix + ":{" + owner + "}:li
 func (k keys) events(owner, id string) string { return k.eventsPrefix(owner) + id }
 
 func (k keys) leases() string { return k.prefix + ":leases" }
+
+// runners is the runner heartbeat zset (its own slot).
+func (k keys) runners() string { return k.prefix + ":runners" }
 
 // adminIndex is the cross-owner index (its own slot).
 func (k keys) adminIndex() string { return k.prefix + ":tasks" }

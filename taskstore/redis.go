@@ -101,10 +101,12 @@ func (cfg Config) cursorKey(who string) ([]byte, error) {
 // concurrent use. Close releases its Watch subscription.
 type Redis struct {
 	rdb redis.UniversalClient
-	// fused: the lease zset is updated inside createCmd and terminateCmd
-	// (one script per operation) rather than by a second pipelined command;
-	// only possible when all keys live on one node, i.e. not on a Cluster.
+	// fused: the admin index and owner-by-id key are written inside
+	// createCmd rather than by pipelined commands beside it; only possible
+	// when all keys live on one node, i.e. not on a Cluster.
 	fused bool
+	keep  keepCache   // long-lived keys this replica already extended
+	beats runnerBeats // runners this store renews (runners.go)
 	reads *readBatcher // batches the HMGETs of Get and Outcome
 	k     keys
 	now   func() time.Time
@@ -141,6 +143,7 @@ func NewRedis(rdb redis.UniversalClient, cfg Config) (*Redis, error) {
 	_, cluster := rdb.(*redis.ClusterClient)
 	s := &Redis{rdb: rdb, fused: !cluster, k: keys{prefix: cfg.Prefix}, now: cfg.Now, cursors: newCursors(mac), sTTL: cfg.SessionTTL, opTimeout: cfg.OpTimeout}
 	s.reads = newReadBatcher(rdb)
+	s.beats.beat = s.heartbeat
 	s.hub.rdb = rdb
 	s.hub.register = s.registerListeners
 	return s, nil
@@ -151,6 +154,7 @@ func NewRedis(rdb redis.UniversalClient, cfg Config) (*Redis, error) {
 // does not close a client passed to NewRedis. Close is idempotent.
 func (s *Redis) Close() error {
 	s.closeOnce.Do(func() {
+		s.beats.close()
 		s.reads.close()
 		errs := []error{s.hub.close()}
 		for _, f := range s.onClose {
@@ -165,15 +169,20 @@ func (s *Redis) nowMS() int64 { return s.now().UnixMilli() }
 
 // Create implements Store. It validates t, fills in t.ID (NewID when empty),
 // t.Status (working), t.CreatedAt and t.UpdatedAt (both the store clock,
-// ms precision), and stores it with a lease for t.Runner in one round
-// trip: createCmd, which also adds the lease entry on a single node; on a
-// Cluster createCmd on the owner's slot pipelined with leaseAddCmd on the
-// lease zset. t.StatusMessage is kept as the initial message. opt.Lease <= 0
-// means DefaultLease. With ErrOwnerLimit nothing is stored (on a Cluster the
-// pipelined lease entry is removed by a second, error-path-only request).
+// ms precision), and stores it in one round trip: createCmd, which on a
+// single node also adds the task to the admin index and its owner-by-id
+// key; on a Cluster createCmd on the owner's slot pipelined with
+// zaddKeepCmd on the admin index and a SET. The lease is the task hash's
+// lease field; the first Create of a runner also registers the runner in
+// the runner zset (same round trip) and starts its heartbeat (runners.go):
+// no lease entry is written per task. t.StatusMessage is kept as the
+// initial message. opt.Lease <= 0 means DefaultLease. With ErrOwnerLimit
+// nothing is stored (on a Cluster the pipelined admin entries are removed
+// by a second, error-path-only request).
 func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 	ctx, cancel := bound(ctx, s.opTimeout)
 	defer cancel()
+	chosen := t != nil && t.ID != ""
 	lease, err := prepareCreate(t, opt)
 	if err != nil {
 		return err
@@ -185,38 +194,45 @@ func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 	keep := (exp + indexSlack.Milliseconds() + step - 1) / step * step
 	deadline := now + lease.Milliseconds()
 	member := leaseMember(t.Owner, t.ID)
+	check := "0"
+	if chosen {
+		check = "1"
+	}
+	indexKey, adminKey, ownerKey := s.k.index(t.Owner), s.k.adminIndex(), s.k.taskOwner(t.ID)
+	keepIndex, keepAdmin := s.keep.due(indexKey, keep), s.keep.due(adminKey, keep)
 
-	create := scriptCall{createCmd, []string{s.k.task(t.Owner, t.ID), s.k.index(t.Owner), s.k.live(t.Owner)}, []any{
-		t.ID, now, exp, keep, opt.MaxPerOwner, deadline, ttl, t.PollInterval.Milliseconds(),
-		t.Tool, t.UpstreamID, t.Runner, t.StatusMessage, s.k.taskPrefix(t.Owner), t.Session, t.Era,
+	create := scriptCall{createCmd, []string{s.k.task(t.Owner, t.ID), indexKey, s.k.live(t.Owner)}, []any{
+		t.ID, now, exp, keepIndex, opt.MaxPerOwner, deadline, ttl, t.PollInterval.Milliseconds(),
+		t.Tool, t.UpstreamID, t.Runner, t.StatusMessage, s.k.taskPrefix(t.Owner), t.Session, t.Era, check,
 	}}
-	calls := []scriptCall{create,
-		{leaseAddCmd, []string{s.k.leases()}, []any{member, deadline, keep, now}},
-		{leaseAddCmd, []string{s.k.adminIndex()}, []any{member, now, keep, now}}}
-	ownerKey := s.k.taskOwner(t.ID)
-	extra := func(p redis.Pipeliner) { p.Do(ctx, "set", ownerKey, t.Owner, "pxat", exp) }
+	calls := []scriptCall{create, {zaddKeepCmd, []string{adminKey}, []any{member, now, keepAdmin, now}}}
+	extra := []func(redis.Pipeliner){func(p redis.Pipeliner) { p.Do(ctx, "set", ownerKey, t.Owner, "pxat", exp) }}
 	if s.fused {
-		create.keys = append(create.keys, s.k.leases(), s.k.adminIndex(), ownerKey)
-		create.args = append(create.args, member, t.Owner)
+		calls[0].keys = append(calls[0].keys, adminKey, ownerKey)
+		calls[0].args = append(calls[0].args, member, t.Owner, keepAdmin)
 		calls = calls[:1]
-		calls[0] = create
 		extra = nil
 	}
-	res, err := s.pipe(ctx, calls, extra)
+	if reg := s.beats.register(t.Runner, lease, now); reg != nil {
+		calls = append(calls, s.beatCall(reg.runner, reg.deadline, now))
+	}
+	res, err := s.pipe(ctx, calls, extra...)
 	if err != nil {
 		return wrapErr("create", t.ID, err)
 	}
-	code, _, err := scriptReply(res[0])
-	if err != nil {
-		return wrapErr("create", t.ID, err)
-	}
-	for _, r := range res[1:] {
+	for _, r := range res {
 		if err := r.Err(); err != nil {
 			return wrapErr("create", t.ID, err)
 		}
 	}
+	code, err := res[0].Int64()
+	if err != nil {
+		return wrapErr("create", t.ID, err)
+	}
 	switch code {
 	case codeOK:
+		s.keep.done(indexKey, keepIndex)
+		s.keep.done(adminKey, keepAdmin)
 		t.Status = Working
 		t.CreatedAt = time.UnixMilli(now)
 		t.UpdatedAt = t.CreatedAt
@@ -225,18 +241,17 @@ func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 		return nil
 	case codeLimit:
 		if !s.fused {
-			// Best effort: the lease entry was added in the same pipeline.
-			// If this fails, Recover drops it (it tolerates missing tasks).
+			// Best effort: the admin entries were added in the same
+			// pipeline; a member left behind is pruned by AdminList.
 			p := s.rdb.Pipeline()
-			p.ZRem(ctx, s.k.leases(), member)
-			p.ZRem(ctx, s.k.adminIndex(), member)
+			p.ZRem(ctx, adminKey, member)
 			p.Del(ctx, ownerKey)
 			_, _ = p.Exec(ctx)
 		}
 		return ErrOwnerLimit
 	case codeTerminal:
 		// The id is taken (a caller-chosen duplicate; NewID ids don't
-		// collide). The existing task keeps its lease entry.
+		// collide).
 		return fmt.Errorf("taskstore: create %s: id already exists", t.ID)
 	default:
 		return fmt.Errorf("taskstore: create %s: unexpected script code %d", t.ID, code)
@@ -409,24 +424,13 @@ func (s *Redis) terminate(ctx context.Context, op, owner, id string, st Status, 
 	if op == "finish" {
 		keepQueue = "1"
 	}
-	leases, member := s.k.leases(), leaseMember(owner, id)
-	call := scriptCall{terminateCmd, s.terminateKeys(owner, id),
-		[]any{string(st), msg, s.nowMS(), s.k.events(owner, id), string(out.Kind), []byte(out.Raw), 0, id,
-			s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner), keepQueue, s.k.sessListeners(owner)},
-	}
-	// Removing the lease even when the script refuses is fine: a terminal
-	// or missing task needs none.
-	removeLease := func(p redis.Pipeliner) { p.ZRem(ctx, leases, member) }
-	if s.fused {
-		call.keys = append(call.keys, leases)
-		call.args = append(call.args, member)
-		removeLease = nil
-	}
-	res, err := s.pipe(ctx, []scriptCall{call}, removeLease)
-	if err != nil {
+	cmd := s.run(ctx, terminateCmd, s.terminateKeys(owner, id),
+		string(st), msg, s.nowMS(), s.k.events(owner, id), string(out.Kind), []byte(out.Raw), 0, id,
+		s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner), keepQueue, s.k.sessListeners(owner))
+	if err := transportErr([]redis.Cmder{cmd}, cmd.Err()); err != nil {
 		return nil, wrapErr(op, id, err)
 	}
-	return s.taskReply(op, owner, id, res[0])
+	return s.taskReply(op, owner, id, cmd)
 }
 
 // terminateKeys are terminateCmd's KEYS.
@@ -474,7 +478,7 @@ func (s *Redis) Renew(ctx context.Context, owner, id string, lease time.Duration
 	}
 	now := s.nowMS()
 	deadline := now + lease.Milliseconds()
-	res, err := s.pipe(ctx, []scriptCall{{renewCmd, []string{s.k.task(owner, id)}, []any{now, deadline}}}, nil)
+	res, err := s.pipe(ctx, []scriptCall{{renewCmd, []string{s.k.task(owner, id)}, []any{now, deadline}}})
 	if err != nil {
 		return "", wrapErr("renew", id, err)
 	}
@@ -493,7 +497,8 @@ func (s *Redis) Renew(ctx context.Context, owner, id string, lease time.Duration
 	}
 }
 
-// recoverBatch bounds one ZRANGEBYSCORE of Recover.
+// recoverBatch bounds one ZRANGEBYSCORE of Recover over the old per-task
+// lease zset.
 const recoverBatch = 256
 
 // Recover implements Store. It reads lease entries scored before
@@ -516,10 +521,51 @@ func (s *Redis) Recover(ctx context.Context, skew time.Duration, msg string) ([]
 		var more bool
 		var err error
 		failed, more, err = s.recoverRound(ctx, cutoff, now, msg, failed)
-		if err != nil || !more {
+		if err != nil {
 			return failed, err
 		}
+		if !more {
+			break
+		}
 	}
+	failed, err := s.recoverRunners(ctx, cutoff, now, msg, failed)
+	if err != nil {
+		return failed, err
+	}
+	return failed, s.pruneAdmin(ctx, now)
+}
+
+// pruneAdminBatch is how many of the admin index's oldest members Recover
+// checks each time.
+const pruneAdminBatch = 64
+
+// pruneAdmin removes the admin index's oldest members whose task is gone
+// (they are not removed when a task expires): one ZRANGEBYSCORE of the
+// members created more than indexSlack ago, and when there are any one
+// pipelined HMGET each.
+func (s *Redis) pruneAdmin(ctx context.Context, now int64) error {
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
+	zs, err := s.rdb.ZRangeByScoreWithScores(ctx, s.k.adminIndex(), &redis.ZRangeBy{
+		Min: "-inf", Max: "(" + strconv.FormatInt(now-indexSlack.Milliseconds(), 10), Count: pruneAdminBatch,
+	}).Result()
+	if err != nil || len(zs) == 0 {
+		return wrapErrOrNil("recover", err)
+	}
+	cand := make([]adminPos, len(zs))
+	for i, z := range zs {
+		m, _ := z.Member.(string)
+		cand[i] = adminPos{int64(z.Score), m}
+	}
+	_, err = s.adminRead(ctx, cand, now)
+	return err
+}
+
+func wrapErrOrNil(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return wrapErr(op, "", err)
 }
 
 // recoverRound is one batch of Recover; more reports a full batch.
@@ -548,7 +594,7 @@ func (s *Redis) recoverRound(ctx context.Context, cutoff, now int64, msg string,
 			[]any{string(Failed), msg, now, s.k.events(owner, id), string(OutcomeInternal), "", cutoff, id,
 				s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner), "0", s.k.sessListeners(owner)}})
 	}
-	res, err := s.pipe(ctx, calls, nil)
+	res, err := s.pipe(ctx, calls)
 	if err != nil {
 		return failed, false, wrapErr("recover", "", err)
 	}
@@ -671,8 +717,8 @@ type scriptCall struct {
 // without running; only those calls are re-sent with EVAL, which also
 // loads them. extra's commands must be idempotent. The returned error is a
 // transport error; script errors are on the commands.
-func (s *Redis) pipe(ctx context.Context, calls []scriptCall, extra func(redis.Pipeliner)) ([]*redis.Cmd, error) {
-	if len(calls) == 1 && extra == nil {
+func (s *Redis) pipe(ctx context.Context, calls []scriptCall, extra ...func(redis.Pipeliner)) ([]*redis.Cmd, error) {
+	if len(calls) == 1 && len(extra) == 0 {
 		// One command: no pipeline (Run is EVALSHA, EVAL on NOSCRIPT).
 		c := calls[0]
 		cmd := s.run(ctx, c.script, c.keys, c.args...)
@@ -686,8 +732,8 @@ func (s *Redis) pipe(ctx context.Context, calls []scriptCall, extra func(redis.P
 	for i, c := range calls {
 		res[i] = c.script.EvalSha(ctx, p, c.keys, c.args...)
 	}
-	if extra != nil {
-		extra(p)
+	for _, f := range extra {
+		f(p)
 	}
 	if err := transportErr(p.Exec(ctx)); err != nil {
 		return nil, err
