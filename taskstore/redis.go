@@ -63,7 +63,22 @@ type Config struct {
 	// leases. Watch and WatchSession apply it to the subscription only.
 	// The embedded store never waits, so it has nothing to bound.
 	OpTimeout time.Duration
+	// SessionTaskDelay (Redis store only) is how long a task call runs
+	// before StartSessionTask records it on its session in Redis; 0 (the
+	// default) records it at once. With a delay a call that ends sooner
+	// costs Redis nothing for its session (EndSessionTask finds it only in
+	// this process), at a price: during the delay a CloseSession on
+	// another replica does not see the call (it ends the session upstream
+	// at once), and a session closing meanwhile is not refused
+	// (StartSessionTask returns nil). This store's own CloseSession records
+	// its pending calls first, so with one replica nothing changes.
+	// DefaultSessionTaskDelay is taskgate's setting.
+	SessionTaskDelay time.Duration
 }
+
+// DefaultSessionTaskDelay is the Config.SessionTaskDelay taskgate uses
+// with Redis: most task calls of a fast upstream end before it.
+const DefaultSessionTaskDelay = 200 * time.Millisecond
 
 // withDefaults fills in the zero fields of cfg shared by every store.
 func (cfg Config) withDefaults() Config {
@@ -107,6 +122,7 @@ type Redis struct {
 	fused bool
 	keep  keepCache   // long-lived keys this replica already extended
 	beats runnerBeats // runners this store renews (runners.go)
+	lazy  lazyCalls   // task calls not yet recorded on their session (sessions.go)
 	reads *readBatcher // batches the HMGETs of Get and Outcome
 	k     keys
 	now   func() time.Time
@@ -144,6 +160,7 @@ func NewRedis(rdb redis.UniversalClient, cfg Config) (*Redis, error) {
 	s := &Redis{rdb: rdb, fused: !cluster, k: keys{prefix: cfg.Prefix}, now: cfg.Now, cursors: newCursors(mac), sTTL: cfg.SessionTTL, opTimeout: cfg.OpTimeout}
 	s.reads = newReadBatcher(rdb)
 	s.beats.beat = s.heartbeat
+	s.lazy.delay = cfg.SessionTaskDelay
 	s.hub.rdb = rdb
 	s.hub.register = s.registerListeners
 	return s, nil
@@ -155,6 +172,7 @@ func NewRedis(rdb redis.UniversalClient, cfg Config) (*Redis, error) {
 func (s *Redis) Close() error {
 	s.closeOnce.Do(func() {
 		s.beats.close()
+		s.lazy.close()
 		s.reads.close()
 		errs := []error{s.hub.close()}
 		for _, f := range s.onClose {
