@@ -120,9 +120,9 @@ type Redis struct {
 	// createCmd rather than by pipelined commands beside it; only possible
 	// when all keys live on one node, i.e. not on a Cluster.
 	fused bool
-	keep  keepCache   // long-lived keys this replica already extended
-	beats runnerBeats // runners this store renews (runners.go)
-	lazy  lazyCalls   // task calls not yet recorded on their session (sessions.go)
+	keep  keepCache    // long-lived keys this replica already extended
+	beats runnerBeats  // runners this store renews (runners.go)
+	lazy  lazyCalls    // task calls not yet recorded on their session (sessions.go)
 	reads *readBatcher // batches the HMGETs of Get and Outcome
 	k     keys
 	now   func() time.Time
