@@ -200,7 +200,6 @@ func (s *Redis) nowMS() int64 { return s.now().UnixMilli() }
 func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 	ctx, cancel := bound(ctx, s.opTimeout)
 	defer cancel()
-	chosen := t != nil && t.ID != ""
 	lease, err := prepareCreate(t, opt)
 	if err != nil {
 		return err
@@ -212,16 +211,12 @@ func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 	keep := (exp + indexSlack.Milliseconds() + step - 1) / step * step
 	deadline := now + lease.Milliseconds()
 	member := leaseMember(t.Owner, t.ID)
-	check := "0"
-	if chosen {
-		check = "1"
-	}
 	indexKey, adminKey, ownerKey := s.k.index(t.Owner), s.k.adminIndex(), s.k.taskOwner(t.ID)
 	keepIndex, keepAdmin := s.keep.due(indexKey, keep), s.keep.due(adminKey, keep)
 
 	create := scriptCall{createCmd, []string{s.k.task(t.Owner, t.ID), indexKey, s.k.live(t.Owner)}, []any{
 		t.ID, now, exp, keepIndex, opt.MaxPerOwner, deadline, ttl, t.PollInterval.Milliseconds(),
-		t.Tool, t.UpstreamID, t.Runner, t.StatusMessage, s.k.taskPrefix(t.Owner), t.Session, t.Era, check,
+		t.Tool, t.UpstreamID, t.Runner, t.StatusMessage, s.k.taskPrefix(t.Owner), t.Session, t.Era,
 	}}
 	calls := []scriptCall{create, {zaddKeepCmd, []string{adminKey}, []any{member, now, keepAdmin, now}}}
 	extra := []func(redis.Pipeliner){func(p redis.Pipeliner) { p.Do(ctx, "set", ownerKey, t.Owner, "pxat", exp) }}

@@ -165,16 +165,26 @@ const (
 // ARGV[7] ttl ms, ARGV[8] poll ms, ARGV[9] tool, ARGV[10] upstream id,
 // ARGV[11] runner, ARGV[12] status message, ARGV[13] task key prefix
 // P:{owner}:task: (same slot), ARGV[14] session ("" for none), ARGV[15]
-// era, ARGV[16] "1" when the caller chose the id (check it is free; a NewID
-// id is 128 random bits and is not checked).
+// era.
 // Optional, on a single node (not Cluster), where every key is reachable
 // from one script: KEYS[4] the admin index P:tasks and KEYS[5] the
-// owner-by-id key P:id:<id>, ARGV[17] the member "<owner>/<id>", ARGV[18]
-// the owner, ARGV[19] keep-until ms of the admin index or "0" (the work of
+// owner-by-id key P:id:<id>, ARGV[16] the member "<owner>/<id>", ARGV[17]
+// the owner, ARGV[18] keep-until ms of the admin index or "0" (the work of
 // zaddKeepCmd and a SET, done only when the task is stored).
 //
-// Returns 1 stored, -1 id exists, -2 owner at MaxPerOwner (nothing
-// written). With a cap, once the live zset reaches it, members whose expiry
+// Returns 1 stored, -1 id exists (still in the owner's index; nothing
+// written), -2 owner at MaxPerOwner (nothing written). With a cap, once the live zset reaches it, members whose expiry
+// passed are dropped, then members whose task is gone or terminal (Finish
+// and Cancel remove their member only when the task was counted) before
+// the count is final. The index score is now, or the current highest
+// score + 1 when that is not below now, so creation order is strict per
+// owner and a task created while a client pages always sorts after the
+// pages already read. A key's expiry is only ever extended (PTTL first:
+// another replica may have set a later one).
+// zaddKeepCmd and a SET, done only when the task is stored).
+//
+// Returns 1 stored, -1 id exists (still in the owner's index; nothing
+// written), -2 owner at MaxPerOwner (nothing written). With a cap, once the live zset reaches it, members whose expiry
 // passed are dropped, then members whose task is gone or terminal (Finish
 // and Cancel remove their member only when the task was counted) before
 // the count is final. The index score is now, or the current highest
@@ -184,7 +194,6 @@ const (
 // another replica may have set a later one).
 var createCmd = redis.NewScript(`
 local now = tonumber(ARGV[2])
-if ARGV[16] == "1" and redis.call("EXISTS", KEYS[1]) == 1 then return -1 end
 local max = tonumber(ARGV[5])
 if max > 0 and redis.call("ZCARD", KEYS[3]) >= max then
   redis.call("ZREMRANGEBYSCORE", KEYS[3], "-inf", ARGV[2])
@@ -200,13 +209,15 @@ end
 local score = now
 local top = redis.call("ZRANGE", KEYS[2], -1, -1, "WITHSCORES")
 if top[2] and tonumber(top[2]) >= score then score = tonumber(top[2]) + 1 end
+-- The index holds every id of the owner whose task may still exist, so
+-- adding the id only if absent is the existence check.
+if redis.call("ZADD", KEYS[2], "NX", string.format("%d", score), ARGV[1]) == 0 then return -1 end
 local counted = "0"
 if max > 0 then counted = "1" end
 redis.call("HSET", KEYS[1], "status", "working", "msg", ARGV[12], "created", ARGV[2], "updated", ARGV[2],
   "ttl", ARGV[7], "poll", ARGV[8], "tool", ARGV[9], "upid", ARGV[10], "runner", ARGV[11], "lease", ARGV[6],
   "sess", ARGV[14], "era", ARGV[15], "cap", counted)
 redis.call("PEXPIREAT", KEYS[1], ARGV[3])
-redis.call("ZADD", KEYS[2], string.format("%d", score), ARGV[1])
 if max > 0 then redis.call("ZADD", KEYS[3], ARGV[3], ARGV[1]) end
 local tol = ` + strconv.FormatInt(keepStep.Milliseconds()/2, 10) + `
 local function extend(k, at)
@@ -217,9 +228,9 @@ end
 extend(KEYS[2], tonumber(ARGV[4]))
 if max > 0 then extend(KEYS[3], tonumber(ARGV[4])) end
 if KEYS[4] then
-  redis.call("ZADD", KEYS[4], ARGV[2], ARGV[17])
-  extend(KEYS[4], tonumber(ARGV[19]))
-  redis.call("SET", KEYS[5], ARGV[18], "PXAT", ARGV[3])
+  redis.call("ZADD", KEYS[4], ARGV[2], ARGV[16])
+  extend(KEYS[4], tonumber(ARGV[18]))
+  redis.call("SET", KEYS[5], ARGV[17], "PXAT", ARGV[3])
 end
 return 1
 `)
