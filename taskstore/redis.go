@@ -475,11 +475,9 @@ func (s *Redis) taskReply(op, owner, id string, cmd *redis.Cmd) (*Task, error) {
 }
 
 // Renew implements Store with renewCmd on the owner's slot, one round
-// trip. The lease zset is not touched: its score for the task stays at an
-// earlier deadline, and Recover, which treats the hash's lease field as the
-// authority, moves the score forward when it finds the lease renewed. So a
-// renewal costs one command in Redis, not two. A terminal task's lease is
-// not extended; its status is returned so the runner learns of a cancel.
+// trip: it moves the hash's lease field (the runner's heartbeat is what
+// Recover looks at first). A terminal task's lease is not extended; its
+// status is returned so the runner learns of a cancel.
 func (s *Redis) Renew(ctx context.Context, owner, id string, lease time.Duration) (Status, error) {
 	ctx, cancel := bound(ctx, s.opTimeout)
 	defer cancel()
@@ -514,15 +512,15 @@ func (s *Redis) Renew(ctx context.Context, owner, id string, lease time.Duration
 // lease zset.
 const recoverBatch = 256
 
-// Recover implements Store. It reads lease entries scored before
-// now-skew, runs terminateCmd with a lease cutoff for each (the hash's lease
-// field is authoritative, the lease zset is only a finder), drops the
-// entries of tasks that are now terminal or gone, and moves the entries of
-// tasks whose lease was renewed meanwhile to their current deadline (Renew
-// leaves the zset alone). Several replicas may run it at once: each task
-// is failed by exactly one of them, and only that one returns it. The
-// failed tasks get status failed, statusMessage msg and outcome kind
-// internal. Each batch is bounded by OpTimeout.
+// Recover implements Store. It finds runners whose heartbeat expired
+// before now-skew in the runner zset and fails their non-terminal tasks
+// whose own lease (the hash's field, authoritative) expired too
+// (runners.go), with terminateCmd and a lease cutoff; it first drains the
+// per-task lease zset of earlier versions the same way. Several replicas
+// may run it at once: each task is failed by exactly one of them, and only
+// that one returns it. The failed tasks get status failed, statusMessage
+// msg and outcome kind internal. Each round trip is bounded by OpTimeout.
+// Last, it prunes the admin index's oldest members whose task is gone.
 func (s *Redis) Recover(ctx context.Context, skew time.Duration, msg string) ([]Task, error) {
 	if skew < 0 {
 		skew = 0

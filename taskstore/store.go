@@ -245,7 +245,8 @@ type Leases interface {
 	// current status (so a runner learns of a cancel even without Watch).
 	Renew(ctx context.Context, owner, id string, lease time.Duration) (Status, error)
 	// Recover fails every non-terminal task whose lease expired more than
-	// skew ago, with statusMessage msg and outcome kind internal (deleting
+	// skew ago (on Redis: and whose runner's heartbeat expired too, so a
+	// runner that lives answers for its own tasks), with statusMessage msg and outcome kind internal (deleting
 	// queue and inbox like Cancel), and returns those tasks. Concurrent
 	// Recovers (any replica) fail and return each task once.
 	Recover(ctx context.Context, skew time.Duration, msg string) ([]Task, error)
