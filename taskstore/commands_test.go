@@ -216,7 +216,9 @@ func checkBudget(t *testing.T, op string, got map[string]int64) {
 		}
 	}
 	t.Logf("%-10s %.2f commands: %s", op, total, strings.Join(line, ", "))
-	if max, ok := taskBudgets[op]; ok && total > max+1e-9 {
+	// The slack is a PTTL and a PEXPIREAT of the indexes when the runs
+	// cross a keepStep boundary (once per 10 s per replica, not per task).
+	if max, ok := taskBudgets[op]; ok && total > max+0.2 {
 		t.Errorf("%s: %.2f commands, budget %v", op, total, max)
 	}
 }
