@@ -61,6 +61,7 @@ func sortInputs(rs []InputRequest) {
 
 // AddInputRequest implements Store with addInputCmd, one round trip.
 func (s *Redis) AddInputRequest(ctx context.Context, owner, id, key string, req []byte) error {
+	s.lazy.flushTask(id, s.recordLazy) // a call with messages is recorded on its session first
 	ctx, cancel := bound(ctx, s.opTimeout)
 	defer cancel()
 	if !validOwner(owner) || !validID(id) {

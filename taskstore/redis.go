@@ -65,13 +65,16 @@ type Config struct {
 	OpTimeout time.Duration
 	// SessionTaskDelay (Redis store only) is how long a task call runs
 	// before StartSessionTask records it on its session in Redis; 0 (the
-	// default) records it at once. With a delay a call that ends sooner
-	// costs Redis nothing for its session (EndSessionTask finds it only in
-	// this process), at a price: during the delay a CloseSession on
-	// another replica does not see the call (it ends the session upstream
-	// at once), and a session closing meanwhile is not refused
-	// (StartSessionTask returns nil). This store's own CloseSession records
-	// its pending calls first, so with one replica nothing changes.
+	// default) records it at once. A call is recorded before the delay
+	// too as soon as its task changes status or has a message (Update,
+	// Enqueue, AddPending, AddInputRequest: a call that asks its client
+	// something may wait long), and this store's own CloseSession records
+	// its pending calls first. So a fast call with neither costs Redis
+	// nothing for its session (EndSessionTask finds it only in this
+	// process), at a price: during the delay a CloseSession on another
+	// replica does not see such a call (it ends the session upstream at
+	// once), and a session closing meanwhile is not refused
+	// (StartSessionTask returns nil).
 	// DefaultSessionTaskDelay is taskgate's setting.
 	SessionTaskDelay time.Duration
 }
@@ -389,6 +392,7 @@ func (s *Redis) decodeLive(op, owner, id string, vals []any) (*Task, error) {
 // InputRequired or "" (keep); msg == "" keeps the current message.
 // lastUpdatedAt moves only when something changed.
 func (s *Redis) Update(ctx context.Context, owner, id string, st Status, msg string) (*Task, error) {
+	s.lazy.flushTask(id, s.recordLazy) // a call with messages is recorded on its session first
 	ctx, cancel := bound(ctx, s.opTimeout)
 	defer cancel()
 	if st != "" && st != Working && st != InputRequired {

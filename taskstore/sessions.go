@@ -300,6 +300,7 @@ type lazyCalls struct {
 	delay  time.Duration
 	mu     sync.Mutex
 	calls  map[string]map[string]*lazyCall // session -> id -> call
+	byID   map[string]*lazyCall            // id -> call (one session per task call)
 	closed bool
 	wg     sync.WaitGroup // recordings in flight
 }
@@ -340,6 +341,10 @@ func (l *lazyCalls) add(session, id string, until int64, record func(*lazyCall))
 	}
 	c := &lazyCall{session: session, id: id, until: until}
 	m[id] = c
+	if l.byID == nil {
+		l.byID = map[string]*lazyCall{}
+	}
+	l.byID[id] = c
 	c.timer = time.AfterFunc(l.delay, func() {
 		if l.begin(c) {
 			defer l.wg.Done()
@@ -389,6 +394,9 @@ func (l *lazyCalls) end(session, id string) bool {
 	if len(l.calls[session]) == 0 {
 		delete(l.calls, session)
 	}
+	if l.byID[id] == c {
+		delete(l.byID, id)
+	}
 	if c.state == lazyPending {
 		c.timer.Stop()
 		c.state = lazyRefused
@@ -429,6 +437,37 @@ func (l *lazyCalls) flush(session string, record func(*lazyCall)) {
 	}
 	for _, ch := range wait {
 		<-ch
+	}
+}
+
+// flushTask records the pending call of task id now: a task that has
+// messages or changes status (a question for the client, input_required)
+// may wait long on its session, and its session's end must wait for it
+// from then on, on every replica. Cheap when nothing is pending.
+func (l *lazyCalls) flushTask(id string, record func(*lazyCall)) {
+	if l.delay <= 0 {
+		return
+	}
+	l.mu.Lock()
+	c := l.byID[id]
+	if c == nil {
+		l.mu.Unlock()
+		return
+	}
+	if c.state == lazyPending && !l.closed {
+		c.timer.Stop()
+		c.state = lazyRecording
+		c.done = make(chan struct{})
+		l.wg.Add(1)
+		l.mu.Unlock()
+		record(c)
+		l.wg.Done()
+		return
+	}
+	done := c.done
+	l.mu.Unlock()
+	if done != nil {
+		<-done
 	}
 }
 

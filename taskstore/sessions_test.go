@@ -284,4 +284,20 @@ func TestSessionTaskDelay(t *testing.T) {
 	if closeNow, err := s.EndSessionTask(ctx, sessB, id3); err != nil || !closeNow {
 		t.Fatalf("EndSessionTask after CloseSession = %v, %v; want closeNow", closeNow, err)
 	}
+	// A call whose task asks its client something is recorded at once:
+	// its session's end must wait for it on every replica.
+	slow := mustCreate(t, s, newTask(ownerA), CreateOptions{})
+	const sessC = "sess-c"
+	if err := s.StartSessionTask(ctx, sessC, slow.ID, until); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Update(ctx, ownerA, slow.ID, InputRequired, "asks"); err != nil {
+		t.Fatal(err)
+	}
+	if deferred, err := other.CloseSession(ctx, sessC); err != nil || !deferred {
+		t.Fatalf("CloseSession on another replica after input_required = %v, %v; want deferred", deferred, err)
+	}
+	if closeNow, err := s.EndSessionTask(ctx, sessC, slow.ID); err != nil || !closeNow {
+		t.Fatalf("EndSessionTask = %v, %v; want closeNow", closeNow, err)
+	}
 }
