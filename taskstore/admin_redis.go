@@ -10,13 +10,14 @@ import (
 
 var _ Admin = (*Redis)(nil)
 
-// adminBatch is how many index members one round trip of AdminList or
-// AdminStats reads (one ZREVRANGEBYSCORE, then one pipelined HMGET each).
+// adminBatch is how many index members one round trip of AdminStats (and
+// at most of AdminList, whose first read is the page) reads: one range
+// read, then one pipelined HMGET each.
 const adminBatch = 256
 
 // adminScanPages bounds the work of one AdminList call: it reads at most
-// this many pages' worth of index members (limit+1 each, at least
-// adminBatch) and, when the filter matched fewer than limit of them,
+// this many times max(limit+1, adminBatch) index members and, when the
+// filter matched fewer than limit of them,
 // returns the tasks found so far with a cursor at the last member read. A
 // page may then be short although more tasks match.
 const adminScanPages = 8
@@ -48,8 +49,10 @@ func (s *Redis) AdminList(ctx context.Context, f AdminFilter) ([]Task, string, e
 	if f.OlderThan > 0 {
 		maxScore = min(maxScore, now-f.OlderThan.Milliseconds()-1)
 	}
-	batch := max(limit+1, adminBatch)
-	budget := adminScanPages * batch
+	// The first read is the page (and one more); when the filter leaves
+	// it short, the reads double up to adminBatch.
+	batch := limit + 1
+	budget := adminScanPages * max(limit+1, adminBatch)
 	var out []Task
 	var last adminPos
 	var offset int64
@@ -95,6 +98,7 @@ func (s *Redis) AdminList(ctx context.Context, f AdminFilter) ([]Task, string, e
 		if len(cand) > 0 {
 			last = cand[len(cand)-1]
 		}
+		batch = max(batch, min(2*batch, adminBatch))
 	}
 	// Budget spent: resume after the last member read.
 	return out, s.sealAdminCursor(last), nil

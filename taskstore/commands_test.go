@@ -62,6 +62,11 @@ var commandBudgets = map[string]map[string]float64{
 		"hmget": 1, "zrem": 1, "publish": 1, "hget": 1},
 	// A tasks/result served by another replica reads the outcome.
 	"Result": {"hmget": 1},
+	// The operator API: a task's owner by id (GET P:id:<id>) and the task;
+	// a page of 10 across owners (one range read of the admin index, one
+	// HMGET per member read, in one pipeline).
+	"AdminFind": {"get": 1, "hmget": 1},
+	"AdminList": {"zrevrangebyscore": 1, "hmget": 11},
 }
 
 // taskBudgets cap the sum of an operation's commands: a whole task costs
@@ -122,6 +127,14 @@ func TestCommandCounts(t *testing.T) {
 		{"Task", nil, func(int) error { return wholeTask(ctx, tg, "owner-c", 0) }},
 		{"TaskCapped", nil, func(int) error { return wholeTask(ctx, tg, "owner-d", 100) }},
 		{"Result", func() { tasks = newTasks(opRuns) }, func(i int) error { _, _, err := tg.Outcome(ctx, ownerA, tasks[i].ID); return err }},
+		{"AdminFind", nil, func(i int) error { _, err := tg.AdminFind(ctx, tasks[i].ID); return err }},
+		{"AdminList", nil, func(int) error {
+			l, _, err := tg.AdminList(ctx, AdminFilter{Limit: 10, Status: []Status{Working}})
+			if err == nil && len(l) != 10 {
+				err = fmt.Errorf("AdminList: %d tasks, want 10", len(l))
+			}
+			return err
+		}},
 	}
 	for range 20 {
 		if err := s.Create(ctx, newTask(ownerB), CreateOptions{}); err != nil {
