@@ -15,7 +15,8 @@ import (
 //
 //	P:{owner}:task:<id>   hash   one task; expires at CreatedAt+TTL
 //	P:{owner}:index       zset   member id, score = creation order (ms, strictly increasing)
-//	P:{owner}:live        zset   member id, score = task expiry ms; non-terminal tasks only
+//	P:{owner}:live        zset   member id, score = task expiry ms; non-terminal tasks created
+//	                             with a MaxPerOwner cap only (the hash's cap field says so)
 //	P:{owner}:ev:<id>     channel  wake-ups for Watch (not a key)
 //	P:{owner}:q:<id>      list   outbound queue, FIFO; element = kind byte + message; expires with the task
 //	P:{owner}:in:<id>     list   inbox of client answers, FIFO; expires with the task
