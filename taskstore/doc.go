@@ -54,17 +54,40 @@
 // Create, Get, Update, Finish, Cancel, Outcome and Renew are one network
 // round trip each, and concurrent operations share round trips: a batcher
 // pipelines the commands waiting at the same moment (batch.go).
-// TestCommandCounts keeps each operation's Redis commands (counted by the
-// server, inside scripts too) within budgets.
 //
-// Leases: the deadline is kept in the task hash (the authority) and
-// mirrored in one global zset P:leases so Recover can find expired ones.
-// Create adds the entry and Finish and Cancel remove it, inside their
-// script on a single node (on a Cluster, where P:leases lives in another
-// slot, in the same pipeline). Renew writes only the hash; Recover moves a
-// renewed task's entry forward when it finds one, and fails a task only if
-// the hash's lease is still expired inside the script, so a concurrent
-// Renew wins and concurrent Recovers fail each task once.
+// Cost: a whole task as a client drives it on a 2025 session (create,
+// completed, tasks/result on the runner's replica) costs Redis 12
+// commands, counted by the server inside scripts too (15 with an owner
+// cap), and TestCommandCounts keeps every operation within its budget.
+// The scripts define no helpers they do not call (the hot ones none), so a
+// call runs only its own steps. What makes it few: no lease entry per task
+// (runners have heartbeats, runners.go); the owner's live zset only with a
+// MaxPerOwner cap; a task's queue, inbox, listening mark and input
+// requests cleaned up at its end only when it had them (the task hash's
+// aux mark); long-lived keys (indexes, the runner zset) extended once per
+// keepStep per replica (keepCache) rather than checked by every script;
+// the owner index's ZADD NX as the id's existence check; and, with
+// Config.SessionTaskDelay, task calls recorded on their upstream session
+// only when they outlive the delay.
+//
+// Leases: a task's lease deadline is kept in its hash (the authority;
+// Create sets it, Renew moves it). What finds expired ones is kept per
+// runner: the runner zset P:runners holds each runner's heartbeat
+// deadline, renewed by the store that created the runner's tasks. Recover
+// looks for runners whose heartbeat expired, walks the admin index for
+// their non-terminal tasks, and fails a task only if the hash's lease is
+// still expired inside the script, so a concurrent Renew wins and
+// concurrent Recovers fail each task once. A task whose runner still
+// beats is that runner's to finish.
+//
+// Admin index (admin.go, admin_redis.go): every task is in the global zset
+// P:tasks (member "<owner>/<id>", score its creation ms) and has an
+// owner-by-id key P:id:<id> expiring with it, so operators list tasks
+// across owners newest first and find a task's owner from its id without
+// scanning the keyspace. On a single node Create's script writes both; on
+// a Cluster, where they live in other slots than the owner's keys, they
+// are pipelined beside it. Members of expired tasks are removed by
+// AdminList and AdminStats when met and by Recover (the oldest ones).
 //
 // Wake-ups: scripts that change a task PUBLISH on the task's channel; Watch
 // shares one pub/sub connection per Redis value. A session channel is

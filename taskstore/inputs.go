@@ -61,6 +61,7 @@ func sortInputs(rs []InputRequest) {
 
 // AddInputRequest implements Store with addInputCmd, one round trip.
 func (s *Redis) AddInputRequest(ctx context.Context, owner, id, key string, req []byte) error {
+	s.lazy.flushTask(id, s.recordLazy) // a call with messages is recorded on its session first
 	ctx, cancel := bound(ctx, s.opTimeout)
 	defer cancel()
 	if !validOwner(owner) || !validID(id) {
@@ -147,16 +148,17 @@ func (s *Redis) AnswerInputs(ctx context.Context, owner, id string, answers []In
 // key, ARGV[3] request, ARGV[4] task channel.
 // Returns {1} recorded, {0} missing or expired, {-1} terminal. The hash
 // expires with the task.
-var addInputCmd = redis.NewScript(luaPrelude + `
+var addInputCmd = redis.NewScript(lua(`
 local now = tonumber(ARGV[1])
 local v = meta(KEYS[1])
 if not alive(v, now) then return {0} end
 if terminal(v[1]) then return {-1} end
 redis.call("HSET", KEYS[2], ARGV[2], ARGV[3])
 redis.call("PEXPIREAT", KEYS[2], ms(expiry(v)))
+mark(KEYS[1], v)
 redis.call("PUBLISH", ARGV[4], "u")
 return {1}
-`)
+`))
 
 // inputsCmd reads the open input requests of a live, non-terminal task
 // (the store's clock decides, as for Get, even where the server expires
@@ -164,11 +166,11 @@ return {1}
 //
 // KEYS[1] task hash, KEYS[2] input request hash. ARGV[1] now ms.
 // Returns {key1, request1, key2, ...}; {} for a missing or terminal task.
-var inputsCmd = redis.NewScript(luaPrelude + `
+var inputsCmd = redis.NewScript(lua(`
 local v = meta(KEYS[1])
 if not alive(v, tonumber(ARGV[1])) or terminal(v[1]) then return {} end
 return redis.call("HGETALL", KEYS[2])
-`)
+`))
 
 // answerInputsCmd takes the answers to open input requests of a live,
 // non-terminal task: each open key is removed and its answer appended to
@@ -178,7 +180,7 @@ return redis.call("HGETALL", KEYS[2])
 // KEYS[1] task hash, KEYS[2] input request hash, KEYS[3] inbox. ARGV[1] now
 // ms, ARGV[2] task channel, ARGV[3..] pairs of key and answer.
 // Returns {1, open, taken keys...}, {0} missing or expired, {-1} terminal.
-var answerInputsCmd = redis.NewScript(luaPrelude + `
+var answerInputsCmd = redis.NewScript(lua(`
 local now = tonumber(ARGV[1])
 local v = meta(KEYS[1])
 if not alive(v, now) then return {0} end
@@ -193,10 +195,11 @@ end
 if #out > 2 then
   redis.call("PEXPIREAT", KEYS[3], ms(expiry(v)))
   redis.call("PUBLISH", ARGV[2], "a")
+  mark(KEYS[1], v)
 end
 out[2] = redis.call("HLEN", KEYS[2])
 return out
-`)
+`))
 
 // AddInputRequest implements Store like Redis.AddInputRequest. req is
 // copied.

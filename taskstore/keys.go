@@ -15,7 +15,8 @@ import (
 //
 //	P:{owner}:task:<id>   hash   one task; expires at CreatedAt+TTL
 //	P:{owner}:index       zset   member id, score = creation order (ms, strictly increasing)
-//	P:{owner}:live        zset   member id, score = task expiry ms; non-terminal tasks only
+//	P:{owner}:live        zset   member id, score = task expiry ms; non-terminal tasks created
+//	                             with a MaxPerOwner cap only (the hash's cap field says so)
 //	P:{owner}:ev:<id>     channel  wake-ups for Watch (not a key)
 //	P:{owner}:q:<id>      list   outbound queue, FIFO; element = kind byte + message; expires with the task
 //	P:{owner}:in:<id>     list   inbox of client answers, FIFO; expires with the task
@@ -30,9 +31,14 @@ import (
 //	P:{owner}:sl          hash   session -> unix ms until which a replica listens on its
 //	                             channel (scripts publish there only then); expires with
 //	                             the latest registration
-//	P:leases              zset   member "<owner>/<id>", score = a lease deadline the task had
-//	                             (Create's; Recover moves it to the current one when it finds
-//	                             the lease renewed; the hash's lease field is authoritative)
+//	P:runners             zset   member runner id, score = its heartbeat deadline (runners.go)
+//	P:leases              zset   member "<owner>/<id>", score = a lease deadline: the per-task
+//	                             lease entries of earlier versions, drained by Recover
+//	                             (nothing adds to it any more)
+//	P:tasks               zset   admin index: member "<owner>/<id>", score = CreatedAt ms; every
+//	                             task until it expires (AdminList; pruned of members whose
+//	                             task is gone by AdminList, AdminStats and Recover)
+//	P:id:<id>             string the task's owner (AdminFind); expires with the task
 //	P:sess:<sha256 hex>   string upstream protocol version of a session
 //	P:srec:<sess>         hash   session record: bound credential, closing mark, running
 //	                             calls (sessions.go); expires after the binding's ttl or
@@ -42,8 +48,9 @@ import (
 // made by the caller, so it is used as is).
 //
 // The {owner} hash tag puts all of an owner's keys in one Cluster slot, so
-// every per-task script touches one slot. P:leases is the only global key;
-// it is never touched by the same script as an owner key.
+// every per-task script touches one slot. P:leases, P:tasks and P:id:<id>
+// are global keys; on a Cluster they are never touched by the same script
+// as an owner key (on a single node, Create's script writes them all).
 type keys struct{ prefix string }
 
 func (k keys) task(owner, id string) string { return k.taskPrefix(owner) + id }
@@ -59,6 +66,15 @@ func (k keys) live(owner string) string { return k.prefix + ":{" + owner + "}:li
 func (k keys) events(owner, id string) string { return k.eventsPrefix(owner) + id }
 
 func (k keys) leases() string { return k.prefix + ":leases" }
+
+// runners is the runner heartbeat zset (its own slot).
+func (k keys) runners() string { return k.prefix + ":runners" }
+
+// adminIndex is the cross-owner index (its own slot).
+func (k keys) adminIndex() string { return k.prefix + ":tasks" }
+
+// taskOwner maps a task id to its owner (its own slot).
+func (k keys) taskOwner(id string) string { return k.prefix + ":id:" + id }
 
 func (k keys) queue(owner, id string) string { return k.queuePrefix(owner) + id }
 
@@ -160,4 +176,18 @@ func validSession(s string) bool { return validID(s) }
 // validPrefix rejects braces (they would hijack the hash tag) and whitespace.
 func validPrefix(s string) bool {
 	return s != "" && validOwner(s) && !strings.ContainsRune(s, '/')
+}
+
+// validEra accepts "" or up to 64 printable ASCII bytes (a revision date
+// such as "2025-11-25").
+func validEra(s string) bool {
+	if len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c >= 0x7f {
+			return false
+		}
+	}
+	return true
 }

@@ -63,7 +63,25 @@ type Config struct {
 	// leases. Watch and WatchSession apply it to the subscription only.
 	// The embedded store never waits, so it has nothing to bound.
 	OpTimeout time.Duration
+	// SessionTaskDelay (Redis store only) is how long a task call runs
+	// before StartSessionTask records it on its session in Redis; 0 (the
+	// default) records it at once. A call is recorded before the delay
+	// too as soon as its task changes status or has a message (Update,
+	// Enqueue, AddPending, AddInputRequest: a call that asks its client
+	// something may wait long), and this store's own CloseSession records
+	// its pending calls first. So a fast call with neither costs Redis
+	// nothing for its session (EndSessionTask finds it only in this
+	// process), at a price: during the delay a CloseSession on another
+	// replica does not see such a call (it ends the session upstream at
+	// once), and a session closing meanwhile is not refused
+	// (StartSessionTask returns nil).
+	// DefaultSessionTaskDelay is taskgate's setting.
+	SessionTaskDelay time.Duration
 }
+
+// DefaultSessionTaskDelay is the Config.SessionTaskDelay taskgate uses
+// with Redis: most task calls of a fast upstream end before it.
+const DefaultSessionTaskDelay = 200 * time.Millisecond
 
 // withDefaults fills in the zero fields of cfg shared by every store.
 func (cfg Config) withDefaults() Config {
@@ -101,10 +119,13 @@ func (cfg Config) cursorKey(who string) ([]byte, error) {
 // concurrent use. Close releases its Watch subscription.
 type Redis struct {
 	rdb redis.UniversalClient
-	// fused: the lease zset is updated inside createCmd and terminateCmd
-	// (one script per operation) rather than by a second pipelined command;
-	// only possible when all keys live on one node, i.e. not on a Cluster.
+	// fused: the admin index and owner-by-id key are written inside
+	// createCmd rather than by pipelined commands beside it; only possible
+	// when all keys live on one node, i.e. not on a Cluster.
 	fused bool
+	keep  keepCache    // long-lived keys this replica already extended
+	beats runnerBeats  // runners this store renews (runners.go)
+	lazy  lazyCalls    // task calls not yet recorded on their session (sessions.go)
 	reads *readBatcher // batches the HMGETs of Get and Outcome
 	k     keys
 	now   func() time.Time
@@ -141,6 +162,8 @@ func NewRedis(rdb redis.UniversalClient, cfg Config) (*Redis, error) {
 	_, cluster := rdb.(*redis.ClusterClient)
 	s := &Redis{rdb: rdb, fused: !cluster, k: keys{prefix: cfg.Prefix}, now: cfg.Now, cursors: newCursors(mac), sTTL: cfg.SessionTTL, opTimeout: cfg.OpTimeout}
 	s.reads = newReadBatcher(rdb)
+	s.beats.beat = s.heartbeat
+	s.lazy.delay = cfg.SessionTaskDelay
 	s.hub.rdb = rdb
 	s.hub.register = s.registerListeners
 	return s, nil
@@ -151,6 +174,8 @@ func NewRedis(rdb redis.UniversalClient, cfg Config) (*Redis, error) {
 // does not close a client passed to NewRedis. Close is idempotent.
 func (s *Redis) Close() error {
 	s.closeOnce.Do(func() {
+		s.beats.close()
+		s.lazy.close()
 		s.reads.close()
 		errs := []error{s.hub.close()}
 		for _, f := range s.onClose {
@@ -165,12 +190,16 @@ func (s *Redis) nowMS() int64 { return s.now().UnixMilli() }
 
 // Create implements Store. It validates t, fills in t.ID (NewID when empty),
 // t.Status (working), t.CreatedAt and t.UpdatedAt (both the store clock,
-// ms precision), and stores it with a lease for t.Runner in one round
-// trip: createCmd, which also adds the lease entry on a single node; on a
-// Cluster createCmd on the owner's slot pipelined with leaseAddCmd on the
-// lease zset. t.StatusMessage is kept as the initial message. opt.Lease <= 0
-// means DefaultLease. With ErrOwnerLimit nothing is stored (on a Cluster the
-// pipelined lease entry is removed by a second, error-path-only request).
+// ms precision), and stores it in one round trip: createCmd, which on a
+// single node also adds the task to the admin index and its owner-by-id
+// key; on a Cluster createCmd on the owner's slot pipelined with
+// zaddKeepCmd on the admin index and a SET. The lease is the task hash's
+// lease field; the first Create of a runner also registers the runner in
+// the runner zset (same round trip) and starts its heartbeat (runners.go):
+// no lease entry is written per task. t.StatusMessage is kept as the
+// initial message. opt.Lease <= 0 means DefaultLease. With ErrOwnerLimit
+// nothing is stored (on a Cluster the pipelined admin entries are removed
+// by a second, error-path-only request).
 func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 	ctx, cancel := bound(ctx, s.opTimeout)
 	defer cancel()
@@ -185,33 +214,41 @@ func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 	keep := (exp + indexSlack.Milliseconds() + step - 1) / step * step
 	deadline := now + lease.Milliseconds()
 	member := leaseMember(t.Owner, t.ID)
+	indexKey, adminKey, ownerKey := s.k.index(t.Owner), s.k.adminIndex(), s.k.taskOwner(t.ID)
+	keepIndex, keepAdmin := s.keep.due(indexKey, keep), s.keep.due(adminKey, keep)
 
-	create := scriptCall{createCmd, []string{s.k.task(t.Owner, t.ID), s.k.index(t.Owner), s.k.live(t.Owner)}, []any{
-		t.ID, now, exp, keep, opt.MaxPerOwner, deadline, ttl, t.PollInterval.Milliseconds(),
-		t.Tool, t.UpstreamID, t.Runner, t.StatusMessage, s.k.taskPrefix(t.Owner), t.Session,
+	create := scriptCall{createCmd, []string{s.k.task(t.Owner, t.ID), indexKey, s.k.live(t.Owner)}, []any{
+		t.ID, now, exp, keepIndex, opt.MaxPerOwner, deadline, ttl, t.PollInterval.Milliseconds(),
+		t.Tool, t.UpstreamID, t.Runner, t.StatusMessage, s.k.taskPrefix(t.Owner), t.Session, t.Era,
 	}}
-	calls := []scriptCall{create, {leaseAddCmd, []string{s.k.leases()}, []any{member, deadline, keep, now}}}
+	calls := []scriptCall{create, {zaddKeepCmd, []string{adminKey}, []any{member, now, keepAdmin, now}}}
+	extra := []func(redis.Pipeliner){func(p redis.Pipeliner) { p.Do(ctx, "set", ownerKey, t.Owner, "pxat", exp) }}
 	if s.fused {
-		create.keys = append(create.keys, s.k.leases())
-		create.args = append(create.args, member)
+		calls[0].keys = append(calls[0].keys, adminKey, ownerKey)
+		calls[0].args = append(calls[0].args, member, t.Owner, keepAdmin)
 		calls = calls[:1]
-		calls[0] = create
+		extra = nil
 	}
-	res, err := s.pipe(ctx, calls, nil)
+	if reg := s.beats.register(t.Runner, lease, now); reg != nil {
+		calls = append(calls, s.beatCall(reg.runner, reg.deadline, now))
+	}
+	res, err := s.pipe(ctx, calls, extra...)
 	if err != nil {
 		return wrapErr("create", t.ID, err)
 	}
-	code, _, err := scriptReply(res[0])
-	if err != nil {
-		return wrapErr("create", t.ID, err)
-	}
-	if len(res) > 1 {
-		if err := res[1].Err(); err != nil {
+	for _, r := range res {
+		if err := r.Err(); err != nil {
 			return wrapErr("create", t.ID, err)
 		}
 	}
+	code, err := res[0].Int64()
+	if err != nil {
+		return wrapErr("create", t.ID, err)
+	}
 	switch code {
 	case codeOK:
+		s.keep.done(indexKey, keepIndex)
+		s.keep.done(adminKey, keepAdmin)
 		t.Status = Working
 		t.CreatedAt = time.UnixMilli(now)
 		t.UpdatedAt = t.CreatedAt
@@ -220,14 +257,17 @@ func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 		return nil
 	case codeLimit:
 		if !s.fused {
-			// Best effort: the lease entry was added in the same pipeline.
-			// If this fails, Recover drops it (it tolerates missing tasks).
-			_ = s.rdb.ZRem(ctx, s.k.leases(), member).Err()
+			// Best effort: the admin entries were added in the same
+			// pipeline; a member left behind is pruned by AdminList.
+			p := s.rdb.Pipeline()
+			p.ZRem(ctx, adminKey, member)
+			p.Del(ctx, ownerKey)
+			_, _ = p.Exec(ctx)
 		}
 		return ErrOwnerLimit
 	case codeTerminal:
 		// The id is taken (a caller-chosen duplicate; NewID ids don't
-		// collide). The existing task keeps its lease entry.
+		// collide).
 		return fmt.Errorf("taskstore: create %s: id already exists", t.ID)
 	default:
 		return fmt.Errorf("taskstore: create %s: unexpected script code %d", t.ID, code)
@@ -256,6 +296,8 @@ func prepareCreate(t *Task, opt CreateOptions) (time.Duration, error) {
 		return 0, fmt.Errorf("taskstore: create %s: invalid session key", t.ID)
 	case t.TTL < time.Millisecond:
 		return 0, fmt.Errorf("taskstore: create %s: ttl %v < 1ms", t.ID, t.TTL)
+	case !validEra(t.Era):
+		return 0, fmt.Errorf("taskstore: create %s: invalid era %q", t.ID, t.Era)
 	case t.PollInterval < 0:
 		return 0, fmt.Errorf("taskstore: create %s: negative poll interval", t.ID)
 	case opt.MaxPerOwner < 0:
@@ -350,6 +392,7 @@ func (s *Redis) decodeLive(op, owner, id string, vals []any) (*Task, error) {
 // InputRequired or "" (keep); msg == "" keeps the current message.
 // lastUpdatedAt moves only when something changed.
 func (s *Redis) Update(ctx context.Context, owner, id string, st Status, msg string) (*Task, error) {
+	s.lazy.flushTask(id, s.recordLazy) // a call with messages is recorded on its session first
 	ctx, cancel := bound(ctx, s.opTimeout)
 	defer cancel()
 	if st != "" && st != Working && st != InputRequired {
@@ -398,24 +441,13 @@ func (s *Redis) terminate(ctx context.Context, op, owner, id string, st Status, 
 	if op == "finish" {
 		keepQueue = "1"
 	}
-	leases, member := s.k.leases(), leaseMember(owner, id)
-	call := scriptCall{terminateCmd, s.terminateKeys(owner, id),
-		[]any{string(st), msg, s.nowMS(), s.k.events(owner, id), string(out.Kind), []byte(out.Raw), 0, id,
-			s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner), keepQueue, s.k.sessListeners(owner)},
-	}
-	// Removing the lease even when the script refuses is fine: a terminal
-	// or missing task needs none.
-	removeLease := func(p redis.Pipeliner) { p.ZRem(ctx, leases, member) }
-	if s.fused {
-		call.keys = append(call.keys, leases)
-		call.args = append(call.args, member)
-		removeLease = nil
-	}
-	res, err := s.pipe(ctx, []scriptCall{call}, removeLease)
-	if err != nil {
+	cmd := s.run(ctx, terminateCmd, s.terminateKeys(owner, id),
+		string(st), msg, s.nowMS(), s.k.events(owner, id), string(out.Kind), []byte(out.Raw), 0, id,
+		s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner), keepQueue, s.k.sessListeners(owner))
+	if err := transportErr([]redis.Cmder{cmd}, cmd.Err()); err != nil {
 		return nil, wrapErr(op, id, err)
 	}
-	return s.taskReply(op, owner, id, res[0])
+	return s.taskReply(op, owner, id, cmd)
 }
 
 // terminateKeys are terminateCmd's KEYS.
@@ -447,11 +479,9 @@ func (s *Redis) taskReply(op, owner, id string, cmd *redis.Cmd) (*Task, error) {
 }
 
 // Renew implements Store with renewCmd on the owner's slot, one round
-// trip. The lease zset is not touched: its score for the task stays at an
-// earlier deadline, and Recover, which treats the hash's lease field as the
-// authority, moves the score forward when it finds the lease renewed. So a
-// renewal costs one command in Redis, not two. A terminal task's lease is
-// not extended; its status is returned so the runner learns of a cancel.
+// trip: it moves the hash's lease field (the runner's heartbeat is what
+// Recover looks at first). A terminal task's lease is not extended; its
+// status is returned so the runner learns of a cancel.
 func (s *Redis) Renew(ctx context.Context, owner, id string, lease time.Duration) (Status, error) {
 	ctx, cancel := bound(ctx, s.opTimeout)
 	defer cancel()
@@ -463,7 +493,7 @@ func (s *Redis) Renew(ctx context.Context, owner, id string, lease time.Duration
 	}
 	now := s.nowMS()
 	deadline := now + lease.Milliseconds()
-	res, err := s.pipe(ctx, []scriptCall{{renewCmd, []string{s.k.task(owner, id)}, []any{now, deadline}}}, nil)
+	res, err := s.pipe(ctx, []scriptCall{{renewCmd, []string{s.k.task(owner, id)}, []any{now, deadline}}})
 	if err != nil {
 		return "", wrapErr("renew", id, err)
 	}
@@ -482,18 +512,19 @@ func (s *Redis) Renew(ctx context.Context, owner, id string, lease time.Duration
 	}
 }
 
-// recoverBatch bounds one ZRANGEBYSCORE of Recover.
+// recoverBatch bounds one ZRANGEBYSCORE of Recover over the old per-task
+// lease zset.
 const recoverBatch = 256
 
-// Recover implements Store. It reads lease entries scored before
-// now-skew, runs terminateCmd with a lease cutoff for each (the hash's lease
-// field is authoritative, the lease zset is only a finder), drops the
-// entries of tasks that are now terminal or gone, and moves the entries of
-// tasks whose lease was renewed meanwhile to their current deadline (Renew
-// leaves the zset alone). Several replicas may run it at once: each task
-// is failed by exactly one of them, and only that one returns it. The
-// failed tasks get status failed, statusMessage msg and outcome kind
-// internal. Each batch is bounded by OpTimeout.
+// Recover implements Store. It finds runners whose heartbeat expired
+// before now-skew in the runner zset and fails their non-terminal tasks
+// whose own lease (the hash's field, authoritative) expired too
+// (runners.go), with terminateCmd and a lease cutoff; it first drains the
+// per-task lease zset of earlier versions the same way. Several replicas
+// may run it at once: each task is failed by exactly one of them, and only
+// that one returns it. The failed tasks get status failed, statusMessage
+// msg and outcome kind internal. Each round trip is bounded by OpTimeout.
+// Last, it prunes the admin index's oldest members whose task is gone.
 func (s *Redis) Recover(ctx context.Context, skew time.Duration, msg string) ([]Task, error) {
 	if skew < 0 {
 		skew = 0
@@ -505,10 +536,51 @@ func (s *Redis) Recover(ctx context.Context, skew time.Duration, msg string) ([]
 		var more bool
 		var err error
 		failed, more, err = s.recoverRound(ctx, cutoff, now, msg, failed)
-		if err != nil || !more {
+		if err != nil {
 			return failed, err
 		}
+		if !more {
+			break
+		}
 	}
+	failed, err := s.recoverRunners(ctx, cutoff, now, msg, failed)
+	if err != nil {
+		return failed, err
+	}
+	return failed, s.pruneAdmin(ctx, now)
+}
+
+// pruneAdminBatch is how many of the admin index's oldest members Recover
+// checks each time.
+const pruneAdminBatch = 64
+
+// pruneAdmin removes the admin index's oldest members whose task is gone
+// (they are not removed when a task expires): one ZRANGEBYSCORE of the
+// members created more than indexSlack ago, and when there are any one
+// pipelined HMGET each.
+func (s *Redis) pruneAdmin(ctx context.Context, now int64) error {
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
+	zs, err := s.rdb.ZRangeByScoreWithScores(ctx, s.k.adminIndex(), &redis.ZRangeBy{
+		Min: "-inf", Max: "(" + strconv.FormatInt(now-indexSlack.Milliseconds(), 10), Count: pruneAdminBatch,
+	}).Result()
+	if err != nil || len(zs) == 0 {
+		return wrapErrOrNil("recover", err)
+	}
+	cand := make([]adminPos, len(zs))
+	for i, z := range zs {
+		m, _ := z.Member.(string)
+		cand[i] = adminPos{int64(z.Score), m}
+	}
+	_, err = s.adminRead(ctx, cand, now)
+	return err
+}
+
+func wrapErrOrNil(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return wrapErr(op, "", err)
 }
 
 // recoverRound is one batch of Recover; more reports a full batch.
@@ -537,7 +609,7 @@ func (s *Redis) recoverRound(ctx context.Context, cutoff, now int64, msg string,
 			[]any{string(Failed), msg, now, s.k.events(owner, id), string(OutcomeInternal), "", cutoff, id,
 				s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner), "0", s.k.sessListeners(owner)}})
 	}
-	res, err := s.pipe(ctx, calls, nil)
+	res, err := s.pipe(ctx, calls)
 	if err != nil {
 		return failed, false, wrapErr("recover", "", err)
 	}
@@ -660,8 +732,8 @@ type scriptCall struct {
 // without running; only those calls are re-sent with EVAL, which also
 // loads them. extra's commands must be idempotent. The returned error is a
 // transport error; script errors are on the commands.
-func (s *Redis) pipe(ctx context.Context, calls []scriptCall, extra func(redis.Pipeliner)) ([]*redis.Cmd, error) {
-	if len(calls) == 1 && extra == nil {
+func (s *Redis) pipe(ctx context.Context, calls []scriptCall, extra ...func(redis.Pipeliner)) ([]*redis.Cmd, error) {
+	if len(calls) == 1 && len(extra) == 0 {
 		// One command: no pipeline (Run is EVALSHA, EVAL on NOSCRIPT).
 		c := calls[0]
 		cmd := s.run(ctx, c.script, c.keys, c.args...)
@@ -675,8 +747,8 @@ func (s *Redis) pipe(ctx context.Context, calls []scriptCall, extra func(redis.P
 	for i, c := range calls {
 		res[i] = c.script.EvalSha(ctx, p, c.keys, c.args...)
 	}
-	if extra != nil {
-		extra(p)
+	for _, f := range extra {
+		f(p)
 	}
 	if err := transportErr(p.Exec(ctx)); err != nil {
 		return nil, err
@@ -776,6 +848,7 @@ func decodeTask(owner, id string, vals []any) (*Task, error) {
 		UpstreamID:    str(7),
 		Runner:        str(8),
 		Session:       str(9),
+		Era:           str(10),
 	}, nil
 }
 

@@ -1,6 +1,7 @@
 package taskstore
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 
@@ -20,36 +21,42 @@ const (
 	fUpID    = "upid"    // upstream JSON-RPC id, raw JSON text
 	fRunner  = "runner"  // runner process id
 	fSess    = "sess"    // Task.Session ("" for none)
+	fEra     = "era"     // Task.Era ("" for unknown)
 	fLease   = "lease"   // lease deadline, unix ms; removed when terminal
 	fOutKind = "okind"   // OutcomeKind; absent until finished
 	fOut     = "out"     // outcome raw bytes; absent until finished
+	fCap     = "cap"     // "1" when the task is counted in the owner's live zset (MaxPerOwner)
+	fAux     = "aux"     // "1" once the task ever had a queue, inbox, listening mark or input request
 )
 
 // metaFields are the fields every script returns and decodeTask reads, in
 // this order. The Lua prelude's F table is generated from it.
-var metaFields = []string{fStatus, fMsg, fCreated, fUpdated, fTTL, fPoll, fTool, fUpID, fRunner, fSess}
+var metaFields = []string{fStatus, fMsg, fCreated, fUpdated, fTTL, fPoll, fTool, fUpID, fRunner, fSess, fEra}
 
 // outcomeFields is metaFields plus the outcome (Outcome's one HMGET).
 var outcomeFields = append(append([]string(nil), metaFields...), fOutKind, fOut)
 
-// luaPrelude is shared by the scripts:
-//   - F: metaFields; meta(k) = HMGET k F... (v[1] false when the task is
-//     missing; v[10] is the session, false for a task stored before it existed)
+// Lua helpers. A script is its body with, in front, only the helpers it
+// calls (lua): the hot scripts (create, terminate, update, renew) define
+// none and spell their few steps out, so a call runs no code that defines
+// tables or functions first. The helpers:
+//   - meta(k) = HMGET k <metaFields> "aux" (v[1] false when the task is
+//     missing; v[10] the session; v[12] the aux mark: "1" once the task
+//     ever had a queue, inbox, listening mark or input request, so that
+//     the end of a task without them touches none of those keys)
 //   - expiry(v): created+ttl, unix ms
 //   - alive(v, now): task exists and now < expiry(v) (T-30; the Redis TTL
 //     removes it at the same instant, this makes the cut-off exact even when a
 //     backend expires lazily)
 //   - terminal(s): completed, failed or cancelled (T-23)
-//   - extend(k, at, now): make k live until about unix ms at: PEXPIREAT at
-//     unless k already lives until at least at - TOL. The callers round at
-//     up to a multiple of keepStep, so the creates of one step find the
-//     expiry set and skip the PEXPIREAT; TOL (keepStep/2) absorbs the time
-//     between "now" on the replica's clock and the script's run on the
-//     server's (PTTL counts from the server's clock), which would otherwise
-//     make every script that runs a millisecond late re-issue it. Uses
-//     PTTL rather than PEXPIREAT NX/GT so it also runs on Redis < 7.
 //   - ms(x): integer ms as a decimal string (Lua numbers would print as
 //     1.7e+12 on gopher-lua).
+//   - mark(k, v): set the aux mark of task hash k unless v has it
+//   - extend(k, at, now): make k live until about unix ms at: PEXPIREAT at
+//     unless k already lives until at least at - TOL (TOL = keepStep/2
+//     absorbs the time between "now" on the replica's clock and the
+//     server's). Uses PTTL rather than PEXPIREAT GT so it also runs on
+//     Redis < 7.
 //   - keepUntil(at): at rounded up to a multiple of keepStep (for extend).
 //   - spub(reg, ch, sess, payload, now): publish payload on the session
 //     channel ch..sess, but only if the listener registry reg (a hash:
@@ -60,31 +67,31 @@ var outcomeFields = append(append([]string(nil), metaFields...), fOutKind, fOut)
 //     the session's queued set (set..sess, kept until keep) and spub "q:<id>".
 //   - trim(k, excess): drop the excess oldest "p" elements of queue k, then
 //     the oldest "n" ones, never "r"; returns how many were dropped.
-var luaPrelude = `
-local F = {` + luaStrings(metaFields) + `}
-local function meta(k) return redis.call("HMGET", k, unpack(F)) end
-local function expiry(v) return tonumber(v[3]) + tonumber(v[5]) end
-local function alive(v, now) return v[1] and (expiry(v) > now) end
-local function terminal(s) return s == "completed" or s == "failed" or s == "cancelled" end
-local function ms(x) return string.format("%d", x) end
-local STEP = ` + strconv.FormatInt(keepStep.Milliseconds(), 10) + `
-local function keepUntil(at) return math.ceil(at / STEP) * STEP end
-local TOL = ` + strconv.FormatInt(keepStep.Milliseconds()/2, 10) + `
-local function extend(k, at, now)
+//   - reply(code, v): {code, v[1..#metaFields]}
+var luaHelpers = map[string]string{
+	"meta":     `local function meta(k) return redis.call("HMGET", k, ` + luaStrings(metaFields) + `, "aux") end`,
+	"expiry":   `local function expiry(v) return tonumber(v[3]) + tonumber(v[5]) end`,
+	"alive":    `local function alive(v, now) return v[1] and (tonumber(v[3]) + tonumber(v[5]) > now) end`,
+	"terminal": `local function terminal(s) return s == "completed" or s == "failed" or s == "cancelled" end`,
+	"ms":       `local function ms(x) return string.format("%d", x) end`,
+	"mark":     `local function mark(k, v) if not v[12] then redis.call("HSET", k, "aux", "1") end end`,
+	"keepUntil": `local function keepUntil(at) local step = ` + strconv.FormatInt(keepStep.Milliseconds(), 10) +
+		` return math.ceil(at / step) * step end`,
+	"extend": `local function extend(k, at, now)
   local p = redis.call("PTTL", k)
-  if p < 0 or now + p < at - TOL then redis.call("PEXPIREAT", k, ms(at)) end
-end
-local function spub(reg, ch, sess, payload, now)
+  if p < 0 or now + p < at - ` + strconv.FormatInt(keepStep.Milliseconds()/2, 10) + ` then redis.call("PEXPIREAT", k, string.format("%d", at)) end
+end`,
+	"spub": `local function spub(reg, ch, sess, payload, now)
   local u = redis.call("HGET", reg, sess)
   if u and tonumber(u) > now then redis.call("PUBLISH", ch .. sess, payload) end
-end
-local function announce(set, ch, sess, id, keep, now, reg)
+end`,
+	"announce": `local function announce(set, ch, sess, id, keep, now, reg)
   if not sess or sess == "" then return end
   redis.call("SADD", set .. sess, id)
   extend(set .. sess, keep, now)
   spub(reg, ch, sess, "q:" .. id, now)
-end
-local function trim(k, excess)
+end`,
+	"trim": `local function trim(k, excess)
   local marked = 0
   for _, cls in ipairs({"p", "n"}) do
     local off = 0
@@ -103,13 +110,32 @@ local function trim(k, excess)
   end
   if marked > 0 then redis.call("LREM", k, marked, "") end
   return marked
-end
-local function reply(code, v)
+end`,
+	"reply": `local function reply(code, v)
   local r = {code}
-  for i = 1, #F do r[i + 1] = v[i] end
+  for i = 1, ` + strconv.Itoa(len(metaFields)) + ` do r[i + 1] = v[i] end
   return r
-end
-`
+end`,
+}
+
+// luaOrder is the order helpers are defined in (each after those it calls).
+var luaOrder = []string{"meta", "expiry", "alive", "terminal", "ms", "mark", "keepUntil", "extend", "spub", "announce", "trim", "reply"}
+
+// lua returns a script: the helpers body calls (and those they call), in
+// dependency order, then body.
+func lua(body string) string {
+	used := body
+	var defs []string
+	for i := len(luaOrder) - 1; i >= 0; i-- {
+		name := luaOrder[i]
+		if strings.Contains(used, name+"(") {
+			defs = append(defs, luaHelpers[name])
+			used += luaHelpers[name]
+		}
+	}
+	slices.Reverse(defs)
+	return strings.Join(append(defs, body), "\n")
+}
 
 func luaStrings(ss []string) string {
 	q := make([]string, len(ss))
@@ -128,109 +154,150 @@ const (
 	codeLeaseLive = -2 // terminateCmd: lease not expired before the cutoff
 )
 
-// createCmd stores a new working task and counts the owner's live tasks.
+// createCmd stores a new working task.
 //
-// KEYS[1] task hash, KEYS[2] owner index zset, KEYS[3] owner live zset.
-// ARGV[1] id, ARGV[2] now ms, ARGV[3] expires-at ms (now+ttl),
-// ARGV[4] keep-until ms for the index and live zsets, ARGV[5] max live tasks
-// (0 = no cap), ARGV[6] lease deadline ms, ARGV[7] ttl ms, ARGV[8] poll ms,
-// ARGV[9] tool, ARGV[10] upstream id, ARGV[11] runner, ARGV[12] status
-// message, ARGV[13] task key prefix P:{owner}:task: (same slot), ARGV[14]
-// session ("" for none).
+// KEYS[1] task hash P:{owner}:task:<id>, KEYS[2] owner index zset
+// P:{owner}:index, KEYS[3] owner live zset P:{owner}:live.
+// ARGV[1] id, ARGV[2] now ms, ARGV[3] expires-at ms (now+ttl), ARGV[4]
+// keep-until ms for the index and live zsets, or "0" when this replica
+// already extended them that far (keepCache), ARGV[5] max live tasks (0 =
+// no cap: the live zset is not touched), ARGV[6] lease deadline ms,
+// ARGV[7] ttl ms, ARGV[8] poll ms, ARGV[9] tool, ARGV[10] upstream id,
+// ARGV[11] runner, ARGV[12] status message, ARGV[13] task key prefix
+// P:{owner}:task: (same slot), ARGV[14] session ("" for none), ARGV[15]
+// era.
 // Optional, on a single node (not Cluster), where every key is reachable
-// from one script: KEYS[4] the lease zset and ARGV[15] the lease member
-// (leaseAddCmd's work, done only when the task is stored).
+// from one script: KEYS[4] the admin index P:tasks and KEYS[5] the
+// owner-by-id key P:id:<id>, ARGV[16] the member "<owner>/<id>", ARGV[17]
+// the owner, ARGV[18] keep-until ms of the admin index or "0" (the work of
+// zaddKeepCmd and a SET, done only when the task is stored).
 //
-// Returns {1} stored, {-1} id exists, {-2} owner at MaxPerOwner (nothing
-// written). With a cap, once the live zset reaches it, members whose expiry
-// passed are dropped (without a cap they stay until the zset's own TTL);
-// if still at the cap, members whose task hash is gone (expired on the
-// server's clock, evicted) are dropped too before the count is final. The index score is now, or the current highest score + 1 when
-// that is not below now, so creation order is strict per owner and a task
-// created while a client pages always sorts after the pages already read.
-var createCmd = redis.NewScript(luaPrelude + `
+// Returns 1 stored, -1 id exists (still in the owner's index; nothing
+// written), -2 owner at MaxPerOwner (nothing written). With a cap, once the live zset reaches it, members whose expiry
+// passed are dropped, then members whose task is gone or terminal (Finish
+// and Cancel remove their member only when the task was counted) before
+// the count is final. The index score is now, or the current highest
+// score + 1 when that is not below now, so creation order is strict per
+// owner and a task created while a client pages always sorts after the
+// pages already read. A key's expiry is only ever extended (PTTL first:
+// another replica may have set a later one).
+// zaddKeepCmd and a SET, done only when the task is stored).
+//
+// Returns 1 stored, -1 id exists (still in the owner's index; nothing
+// written), -2 owner at MaxPerOwner (nothing written). With a cap, once the live zset reaches it, members whose expiry
+// passed are dropped, then members whose task is gone or terminal (Finish
+// and Cancel remove their member only when the task was counted) before
+// the count is final. The index score is now, or the current highest
+// score + 1 when that is not below now, so creation order is strict per
+// owner and a task created while a client pages always sorts after the
+// pages already read. A key's expiry is only ever extended (PTTL first:
+// another replica may have set a later one).
+var createCmd = redis.NewScript(`
 local now = tonumber(ARGV[2])
-if redis.call("EXISTS", KEYS[1]) == 1 then return {-1} end
 local max = tonumber(ARGV[5])
 if max > 0 and redis.call("ZCARD", KEYS[3]) >= max then
   redis.call("ZREMRANGEBYSCORE", KEYS[3], "-inf", ARGV[2])
   if redis.call("ZCARD", KEYS[3]) >= max then
     local ids = redis.call("ZRANGE", KEYS[3], 0, -1)
     for i = 1, #ids do
-      if redis.call("EXISTS", ARGV[13] .. ids[i]) == 0 then redis.call("ZREM", KEYS[3], ids[i]) end
+      local st = redis.call("HGET", ARGV[13] .. ids[i], "status")
+      if not st or st == "completed" or st == "failed" or st == "cancelled" then redis.call("ZREM", KEYS[3], ids[i]) end
     end
-    if redis.call("ZCARD", KEYS[3]) >= max then return {-2} end
+    if redis.call("ZCARD", KEYS[3]) >= max then return -2 end
   end
 end
 local score = now
 local top = redis.call("ZRANGE", KEYS[2], -1, -1, "WITHSCORES")
 if top[2] and tonumber(top[2]) >= score then score = tonumber(top[2]) + 1 end
+-- The index holds every id of the owner whose task may still exist, so
+-- adding the id only if absent is the existence check.
+if redis.call("ZADD", KEYS[2], "NX", string.format("%d", score), ARGV[1]) == 0 then return -1 end
+local counted = "0"
+if max > 0 then counted = "1" end
 redis.call("HSET", KEYS[1], "status", "working", "msg", ARGV[12], "created", ARGV[2], "updated", ARGV[2],
   "ttl", ARGV[7], "poll", ARGV[8], "tool", ARGV[9], "upid", ARGV[10], "runner", ARGV[11], "lease", ARGV[6],
-  "sess", ARGV[14])
+  "sess", ARGV[14], "era", ARGV[15], "cap", counted)
 redis.call("PEXPIREAT", KEYS[1], ARGV[3])
-redis.call("ZADD", KEYS[2], ms(score), ARGV[1])
-redis.call("ZADD", KEYS[3], ARGV[3], ARGV[1])
-local keep = tonumber(ARGV[4])
-extend(KEYS[2], keep, now)
-extend(KEYS[3], keep, now)
-if KEYS[4] then
-  redis.call("ZADD", KEYS[4], ARGV[6], ARGV[15])
-  extend(KEYS[4], keep, now)
+if max > 0 then redis.call("ZADD", KEYS[3], ARGV[3], ARGV[1]) end
+local tol = ` + strconv.FormatInt(keepStep.Milliseconds()/2, 10) + `
+local function extend(k, at)
+  if at == 0 then return end
+  local p = redis.call("PTTL", k)
+  if p < 0 or now + p < at - tol then redis.call("PEXPIREAT", k, string.format("%d", at)) end
 end
-return {1}
+extend(KEYS[2], tonumber(ARGV[4]))
+if max > 0 then extend(KEYS[3], tonumber(ARGV[4])) end
+if KEYS[4] then
+  redis.call("ZADD", KEYS[4], ARGV[2], ARGV[16])
+  extend(KEYS[4], tonumber(ARGV[18]))
+  redis.call("SET", KEYS[5], ARGV[17], "PXAT", ARGV[3])
+end
+return 1
 `)
 
-// leaseAddCmd records a lease in the global lease zset (its own slot, so it
-// is pipelined next to createCmd rather than run inside it).
+// zaddKeepCmd adds a member to a global zset (the admin index, the runner
+// zset: their own slots, so on a Cluster it is pipelined next to the
+// owner's script rather than run inside it) and keeps the zset until
+// keep-until (only ever extending its expiry).
 //
-// KEYS[1] lease zset. ARGV[1] member "<owner>/<id>", ARGV[2] lease deadline
-// ms, ARGV[3] keep-until ms (task expiry + slack), ARGV[4] now ms.
+// KEYS[1] zset. ARGV[1] member, ARGV[2] score, ARGV[3] keep-until ms or
+// "0" (this replica already extended it that far), ARGV[4] now ms.
 // Returns 1.
-var leaseAddCmd = redis.NewScript(luaPrelude + `
+var zaddKeepCmd = redis.NewScript(`
 redis.call("ZADD", KEYS[1], ARGV[2], ARGV[1])
-extend(KEYS[1], tonumber(ARGV[3]), tonumber(ARGV[4]))
+local at = tonumber(ARGV[3])
+if at > 0 then
+  local p = redis.call("PTTL", KEYS[1])
+  if p < 0 or tonumber(ARGV[4]) + p < at then redis.call("PEXPIREAT", KEYS[1], ARGV[3]) end
+end
 return 1
 `)
 
 // updateCmd moves a non-terminal task between working and input_required
 // and/or sets its message; lastUpdatedAt moves (never backwards) only when
 // something changed (Q-19), and then a wake-up is published on the task's
-// channel and, if the task has a session, "s:<id>" on the session channel.
+// channel and, if the task has a session, "s:<id>" on the session channel
+// (only while the session listener registry says a replica listens there).
 //
 // KEYS[1] task hash. ARGV[1] status ("" keeps), ARGV[2] message ("" keeps),
 // ARGV[3] now ms, ARGV[4] event channel, ARGV[5] session channel prefix
 // P:{owner}:sess:, ARGV[6] id, ARGV[7] session listener registry
-// P:{owner}:sl (spub).
+// P:{owner}:sl.
 // Returns {1, meta...} after the update, {0} missing or expired, {-1} terminal.
-var updateCmd = redis.NewScript(luaPrelude + `
+var updateCmd = redis.NewScript(`
 local now = tonumber(ARGV[3])
-local v = meta(KEYS[1])
-if not alive(v, now) then return {0} end
-if terminal(v[1]) then return {-1} end
+local v = redis.call("HMGET", KEYS[1], ` + luaStrings(metaFields) + `)
+if not v[1] or tonumber(v[3]) + tonumber(v[5]) <= now then return {0} end
+if v[1] == "completed" or v[1] == "failed" or v[1] == "cancelled" then return {-1} end
 local changed = false
 if ARGV[1] ~= "" and ARGV[1] ~= v[1] then v[1] = ARGV[1]; changed = true end
 if ARGV[2] ~= "" and ARGV[2] ~= v[2] then v[2] = ARGV[2]; changed = true end
 if changed then
-  v[4] = ms(math.max(now, tonumber(v[4])))
+  v[4] = string.format("%d", math.max(now, tonumber(v[4])))
   redis.call("HSET", KEYS[1], "status", v[1], "msg", v[2], "updated", v[4])
   redis.call("PUBLISH", ARGV[4], "u")
-  if v[10] and v[10] ~= "" then spub(ARGV[7], ARGV[5], v[10], "s:" .. ARGV[6], now) end
+  if v[10] and v[10] ~= "" then
+    local u = redis.call("HGET", ARGV[7], v[10])
+    if u and tonumber(u) > now then redis.call("PUBLISH", ARGV[5] .. v[10], "s:" .. ARGV[6]) end
+  end
 end
-return reply(1, v)
+return {1, v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11]}
 `)
 
 // terminateCmd moves a non-terminal task to a terminal status: Finish
 // (completed/failed + outcome), Cancel (cancelled, no outcome) and Recover
 // (failed + internal outcome, only if the lease expired). It refuses to
 // leave a terminal status (T-23, T-57, T-59), so a late outcome after a
-// cancel is dropped. The task leaves the owner's live zset (and its
-// session's queued set); its inbox, listening mark and open input requests
-// are deleted, and so is its outbound queue, except that Finish keeps the
+// cancel is dropped. A task counted in the owner's live zset (field cap)
+// leaves it. A task that ever had a queue, inbox, listening mark or input
+// requests (field aux) has them cleaned up: inbox, mark and input requests
+// deleted, and its outbound queue too, except that Finish keeps the
 // notifications queued before the end (they precede the result; nothing
-// new is queued after it, T-50) and drops queued requests. A wake-up is
-// published on the task's channel and, if the task has a session, "s:<id>"
-// on the session channel.
+// new is queued after it, T-50) and drops queued requests; without them
+// the task leaves its session's queued set. A task without (the common
+// case) costs one HMGET, one HSET and the wake-ups: "t" published on the
+// task's channel and, if the task has a session, "s:<id>" on the session
+// channel while a replica listens there.
 //
 // KEYS[1] task hash, KEYS[2] owner live zset, KEYS[3] queue, KEYS[4]
 // inbox, KEYS[5] listening mark, KEYS[6] open input requests.
@@ -240,62 +307,60 @@ return reply(1, v)
 // unless the task's lease deadline < cutoff), ARGV[8] id, ARGV[9] session
 // queued-set prefix P:{owner}:sq:, ARGV[10] session channel prefix,
 // ARGV[11] "1" to keep queued notifications (Finish), ARGV[12] session
-// listener registry (spub).
-// Optional, on a single node (Finish and Cancel; not Cluster, not Recover):
-// KEYS[7] the lease zset and ARGV[13] the lease member, removed first
-// whatever the outcome (a terminal or missing task needs no lease).
+// listener registry P:{owner}:sl.
 // Returns {1, meta...} after the change, {0} missing or expired,
-// {-1} terminal, {-2, lease deadline ms} lease not expired (Recover moves
-// the lease entry there).
-var terminateCmd = redis.NewScript(luaPrelude + `
-if KEYS[7] then redis.call("ZREM", KEYS[7], ARGV[13]) end
+// {-1} terminal, {-2, lease deadline ms} lease not expired (Recover).
+var terminateCmd = redis.NewScript(`
 local now = tonumber(ARGV[3])
-local v = meta(KEYS[1])
-if not alive(v, now) then return {0} end
-if terminal(v[1]) then return {-1} end
+local v = redis.call("HMGET", KEYS[1], ` + luaStrings(metaFields) + `, "lease", "cap", "aux")
+if not v[1] or tonumber(v[3]) + tonumber(v[5]) <= now then return {0} end
+if v[1] == "completed" or v[1] == "failed" or v[1] == "cancelled" then return {-1} end
 local cutoff = tonumber(ARGV[7])
 if cutoff > 0 then
-  local lease = tonumber(redis.call("HGET", KEYS[1], "lease") or "0")
-  if lease >= cutoff then return {-2, ms(lease)} end
+  local lease = tonumber(v[12] or "0")
+  if lease >= cutoff then return {-2, string.format("%d", lease)} end
 end
 v[1] = ARGV[1]
 v[2] = ARGV[2]
-v[4] = ms(math.max(now, tonumber(v[4])))
+v[4] = string.format("%d", math.max(now, tonumber(v[4])))
 if ARGV[5] ~= "" then
   redis.call("HSET", KEYS[1], "status", v[1], "msg", v[2], "updated", v[4], "okind", ARGV[5], "out", ARGV[6])
 else
   redis.call("HSET", KEYS[1], "status", v[1], "msg", v[2], "updated", v[4])
 end
-redis.call("HDEL", KEYS[1], "lease")
-redis.call("ZREM", KEYS[2], ARGV[8])
-local kept = 0
-if ARGV[11] == "1" then
-  -- Finish: notifications queued before the end stay deliverable (they
-  -- precede the result); requests are moot once the upstream answered.
-  local q = redis.call("LRANGE", KEYS[3], 0, -1)
-  if #q > 0 then
-    redis.call("DEL", KEYS[3])
-    for i = 1, #q do
-      if string.sub(q[i], 1, 1) ~= "r" then
-        redis.call("RPUSH", KEYS[3], q[i])
-        kept = kept + 1
+if v[13] == "1" then redis.call("ZREM", KEYS[2], ARGV[8]) end
+local sess = v[10] and v[10] ~= ""
+if v[14] == "1" then
+  local kept = 0
+  if ARGV[11] == "1" then
+    -- Finish: notifications queued before the end stay deliverable (they
+    -- precede the result); requests are moot once the upstream answered.
+    local q = redis.call("LRANGE", KEYS[3], 0, -1)
+    if #q > 0 then
+      redis.call("DEL", KEYS[3])
+      for i = 1, #q do
+        if string.sub(q[i], 1, 1) ~= "r" then
+          redis.call("RPUSH", KEYS[3], q[i])
+          kept = kept + 1
+        end
+      end
+      if kept > 0 then
+        local pttl = redis.call("PTTL", KEYS[1])
+        if pttl > 0 then redis.call("PEXPIRE", KEYS[3], pttl) end
       end
     end
-    if kept > 0 then
-      local pttl = redis.call("PTTL", KEYS[1])
-      if pttl > 0 then redis.call("PEXPIRE", KEYS[3], pttl) end
-    end
+    redis.call("DEL", KEYS[4], KEYS[5], KEYS[6])
+  else
+    redis.call("DEL", KEYS[3], KEYS[4], KEYS[5], KEYS[6])
   end
-  redis.call("DEL", KEYS[4], KEYS[5], KEYS[6])
-else
-  redis.call("DEL", KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+  if kept == 0 and sess then redis.call("SREM", ARGV[9] .. v[10], ARGV[8]) end
 end
 redis.call("PUBLISH", ARGV[4], "t")
-if v[10] and v[10] ~= "" then
-  if kept == 0 then redis.call("SREM", ARGV[9] .. v[10], ARGV[8]) end
-  spub(ARGV[12], ARGV[10], v[10], "s:" .. ARGV[8], now)
+if sess then
+  local u = redis.call("HGET", ARGV[12], v[10])
+  if u and tonumber(u) > now then redis.call("PUBLISH", ARGV[10] .. v[10], "s:" .. ARGV[8]) end
 end
-return reply(1, v)
+return {1, v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11]}
 `)
 
 // renewCmd extends a non-terminal task's lease deadline.
@@ -303,11 +368,10 @@ return reply(1, v)
 // KEYS[1] task hash. ARGV[1] now ms, ARGV[2] new lease deadline ms.
 // Returns {1, status} extended, {-1, status} terminal (not extended),
 // {0} missing or expired.
-var renewCmd = redis.NewScript(luaPrelude + `
-local now = tonumber(ARGV[1])
-local v = meta(KEYS[1])
-if not alive(v, now) then return {0} end
-if terminal(v[1]) then return {-1, v[1]} end
+var renewCmd = redis.NewScript(`
+local v = redis.call("HMGET", KEYS[1], "status", "created", "ttl")
+if not v[1] or tonumber(v[2]) + tonumber(v[3]) <= tonumber(ARGV[1]) then return {0} end
+if v[1] == "completed" or v[1] == "failed" or v[1] == "cancelled" then return {-1, v[1]} end
 redis.call("HSET", KEYS[1], "lease", ARGV[2])
 return {1, v[1]}
 `)
@@ -322,7 +386,7 @@ return {1, v[1]}
 // <= it are skipped), ARGV[4] page size n, ARGV[5] now ms.
 // Returns {more, id1, score1, meta1..., id2, ...}: up to n live tasks, more =
 // 1 when at least one further live task exists.
-var listCmd = redis.NewScript(luaPrelude + `
+var listCmd = redis.NewScript(lua(`
 local now = tonumber(ARGV[5])
 local n = tonumber(ARGV[4])
 local afterScore = tonumber(ARGV[2])
@@ -351,7 +415,7 @@ while not done do
         got = got + 1
         out[#out + 1] = id
         out[#out + 1] = ms(sc)
-        for j = 1, #F do out[#out + 1] = v[j] end
+        for j = 1, ` + strconv.Itoa(len(metaFields)) + ` do out[#out + 1] = v[j] end
       end
     end
   end
@@ -360,7 +424,7 @@ while not done do
 end
 for i = 1, #stale do redis.call("ZREM", KEYS[1], stale[i]) end
 return out
-`)
+`))
 
 // Task streams (stream.go). Queue elements are the kind byte ("p", "n",
 // "r") followed by the message; "" is never an element, trim uses it as a
@@ -378,7 +442,7 @@ return out
 // ARGV[10] session listener registry (spub).
 // Returns {1, dropped} queued, {0} missing or expired, {-1} terminal
 // (nothing queued). The queue expires with the task.
-var enqueueCmd = redis.NewScript(luaPrelude + `
+var enqueueCmd = redis.NewScript(lua(`
 local now = tonumber(ARGV[1])
 local v = meta(KEYS[1])
 if not alive(v, now) then return {0} end
@@ -387,7 +451,10 @@ local exp = expiry(v)
 local n = redis.call("RPUSH", KEYS[2], ARGV[2] .. ARGV[3])
 -- Every path that creates the queue sets its expiry, so only a new queue
 -- needs one.
-if n == 1 then redis.call("PEXPIREAT", KEYS[2], ms(exp)) end
+if n == 1 then
+  redis.call("PEXPIREAT", KEYS[2], ms(exp))
+  mark(KEYS[1], v)
+end
 local dropped = 0
 local max = tonumber(ARGV[4])
 if max > 0 and n > max then dropped = trim(KEYS[2], n - max) end
@@ -396,7 +463,7 @@ if redis.call("EXISTS", KEYS[3]) == 0 then
   announce(ARGV[6], ARGV[7], v[10], ARGV[8], keepUntil(exp + tonumber(ARGV[9])), now, ARGV[10])
 end
 return {1, dropped}
-`)
+`))
 
 // drainCmd takes the whole queue and removes the task from its session's
 // queued set. A missing task has whatever its queue holds (normally
@@ -422,7 +489,7 @@ return r
 // ARGV[7] session listener registry (spub), ARGV[8..] elements (kind byte +
 // message), oldest first.
 // Returns {1} requeued, {0} missing or expired, {-1} terminal.
-var requeueCmd = redis.NewScript(luaPrelude + `
+var requeueCmd = redis.NewScript(lua(`
 local now = tonumber(ARGV[1])
 local v = meta(KEYS[1])
 if not alive(v, now) then return {0} end
@@ -430,12 +497,13 @@ if terminal(v[1]) then return {-1} end
 local exp = expiry(v)
 for i = #ARGV, 8, -1 do redis.call("LPUSH", KEYS[2], ARGV[i]) end
 redis.call("PEXPIREAT", KEYS[2], ms(exp))
+mark(KEYS[1], v)
 redis.call("PUBLISH", ARGV[2], "m")
 if redis.call("EXISTS", KEYS[3]) == 0 then
   announce(ARGV[3], ARGV[4], v[10], ARGV[5], keepUntil(exp + tonumber(ARGV[6])), now, ARGV[7])
 end
 return {1}
-`)
+`))
 
 // listenCmd sets or clears a task's listening mark. Clearing it while the
 // queue still holds messages of a live, non-terminal task announces them to
@@ -447,7 +515,7 @@ return {1}
 // slack ms, ARGV[7] session listener registry (spub).
 // Returns {1} done, {0} missing or expired (setting only; clearing always
 // succeeds). The mark lives min(ttl, task expiry - now).
-var listenCmd = redis.NewScript(luaPrelude + `
+var listenCmd = redis.NewScript(lua(`
 local now = tonumber(ARGV[1])
 local ttl = tonumber(ARGV[2])
 local v = meta(KEYS[1])
@@ -462,8 +530,9 @@ if not alive(v, now) then return {0} end
 local left = expiry(v) - now
 if ttl > left then ttl = left end
 redis.call("SET", KEYS[2], "1", "PX", ms(ttl))
+mark(KEYS[1], v)
 return {1}
-`)
+`))
 
 // queuedCmd lists a session's tasks whose queue is not empty and prunes the
 // others (drained by a Drain that raced, or expired).
@@ -489,14 +558,14 @@ return out
 //
 // KEYS[1] task hash, KEYS[2] pending key. ARGV[1] now ms, ARGV[2] id.
 // Returns {1} recorded, {0} missing or expired, {-1} terminal.
-var addPendingCmd = redis.NewScript(luaPrelude + `
+var addPendingCmd = redis.NewScript(lua(`
 local now = tonumber(ARGV[1])
 local v = meta(KEYS[1])
 if not alive(v, now) then return {0} end
 if terminal(v[1]) then return {-1} end
 redis.call("SET", KEYS[2], ARGV[2], "PX", ms(expiry(v) - now))
 return {1}
-`)
+`))
 
 // answerCmd consumes a pending request and hands the client's response to
 // the task: appended to its inbox (expiring with the task) and "a"
@@ -509,7 +578,7 @@ return {1}
 // id, same slot by the hash tag).
 // Returns {1, id} taken, {0} not pending (or its task is gone; the entry is
 // removed then too).
-var answerCmd = redis.NewScript(luaPrelude + `
+var answerCmd = redis.NewScript(lua(`
 local id = redis.call("GET", KEYS[1])
 if not id then return {0} end
 redis.call("DEL", KEYS[1])
@@ -518,12 +587,12 @@ local v = meta(ARGV[3] .. id)
 if not alive(v, now) then return {0} end
 if not terminal(v[1]) then
   local ib = ARGV[4] .. id
-  redis.call("RPUSH", ib, ARGV[2])
+  if redis.call("RPUSH", ib, ARGV[2]) == 1 then mark(ARGV[3] .. id, v) end
   redis.call("PEXPIREAT", ib, ms(expiry(v)))
   redis.call("PUBLISH", ARGV[5] .. id, "a")
 end
 return {1, id}
-`)
+`))
 
 // takeCmd takes a whole list (TakeAnswers: the inbox).
 //
@@ -542,7 +611,7 @@ return r
 // ARGV[1] now ms, ARGV[2] listen-until ms, ARGV[3] keep-until ms (rounded
 // to keepStep, >= listen-until), ARGV[4..] sessions.
 // Returns 1.
-var sessListenCmd = redis.NewScript(luaPrelude + `
+var sessListenCmd = redis.NewScript(lua(`
 local now = tonumber(ARGV[1])
 local untilMS = tonumber(ARGV[2])
 for i = 4, #ARGV do
@@ -557,4 +626,4 @@ if redis.call("HLEN", KEYS[1]) > 32 then
   end
 end
 return 1
-`)
+`))

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -217,14 +218,24 @@ func (s *Redis) Session(ctx context.Context, session string) (SessionRecord, err
 	return rec, nil
 }
 
-// StartSessionTask implements SessionRecords with startSessionTaskCmd.
+// StartSessionTask implements SessionRecords with startSessionTaskCmd, at
+// once or, with Config.SessionTaskDelay, once the call has run that long
+// (then it returns nil at once).
 func (s *Redis) StartSessionTask(ctx context.Context, session, id string, until time.Time) error {
 	if !validSession(session) || !validID(id) {
 		return errors.New("taskstore: start session task: invalid session key or id")
 	}
-	d := until.UnixMilli()
+	if s.lazy.delay > 0 && s.lazy.add(session, id, until.UnixMilli(), s.recordLazy) {
+		return nil
+	}
+	return s.startSessionTask(ctx, session, id, until.UnixMilli())
+}
+
+func (s *Redis) startSessionTask(ctx context.Context, session, id string, until int64) error {
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
 	n, err := startSessionTaskCmd.Run(ctx, s.rdb, []string{s.k.sessionRecord(session)},
-		fSessTask+id, d, s.nowMS(), d+indexSlack.Milliseconds()).Int64()
+		fSessTask+id, until, s.nowMS(), until+indexSlack.Milliseconds()).Int64()
 	switch {
 	case err != nil:
 		return wrapErr("start session task", id, err)
@@ -236,11 +247,25 @@ func (s *Redis) StartSessionTask(ctx context.Context, session, id string, until 
 	return nil
 }
 
-// EndSessionTask implements SessionRecords with endSessionTaskCmd.
+// recordLazy records a delayed call (its timer fired, or CloseSession
+// needs it).
+func (s *Redis) recordLazy(c *lazyCall) {
+	err := s.startSessionTask(context.Background(), c.session, c.id, c.until)
+	s.lazy.recorded(c, err == nil)
+}
+
+// EndSessionTask implements SessionRecords with endSessionTaskCmd; a call
+// still waiting for its delay (Config.SessionTaskDelay) was never
+// recorded and ends without Redis.
 func (s *Redis) EndSessionTask(ctx context.Context, session, id string) (bool, error) {
 	if !validSession(session) || !validID(id) {
 		return false, nil
 	}
+	if s.lazy.delay > 0 && !s.lazy.end(session, id) {
+		return false, nil
+	}
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
 	n, err := endSessionTaskCmd.Run(ctx, s.rdb, []string{s.k.sessionRecord(session)},
 		fSessTask+id, s.nowMS()).Int64()
 	if err != nil {
@@ -249,18 +274,216 @@ func (s *Redis) EndSessionTask(ctx context.Context, session, id string) (bool, e
 	return n == 1, nil
 }
 
-// CloseSession implements SessionRecords with closeSessionCmd. An unknown
-// or invalid session has no calls: deferred is false.
+// CloseSession implements SessionRecords with closeSessionCmd, after
+// recording this store's delayed calls of the session. An unknown or
+// invalid session has no calls: deferred is false.
 func (s *Redis) CloseSession(ctx context.Context, session string) (bool, error) {
 	if !validSession(session) {
 		return false, nil
 	}
+	if s.lazy.delay > 0 {
+		s.lazy.flush(session, s.recordLazy)
+	}
+	ctx, cancel := bound(ctx, s.opTimeout)
+	defer cancel()
 	n, err := closeSessionCmd.Run(ctx, s.rdb, []string{s.k.sessionRecord(session)},
 		s.nowMS(), indexSlack.Milliseconds()).Int64()
 	if err != nil {
 		return false, wrapErr("close session", "", err)
 	}
 	return n == 1, nil
+}
+
+// lazyCalls are the task calls of a Redis store that StartSessionTask has
+// not recorded yet (Config.SessionTaskDelay). Safe for concurrent use.
+type lazyCalls struct {
+	delay  time.Duration
+	mu     sync.Mutex
+	calls  map[string]map[string]*lazyCall // session -> id -> call
+	byID   map[string]*lazyCall            // id -> call (one session per task call)
+	closed bool
+	wg     sync.WaitGroup // recordings in flight
+}
+
+// lazyCall is one call; its fields after until are guarded by lazyCalls.mu.
+type lazyCall struct {
+	session, id string
+	until       int64
+	timer       *time.Timer
+	state       lazyState
+	done        chan struct{} // closed when a recording finished
+}
+
+type lazyState uint8
+
+const (
+	lazyPending   lazyState = iota // waiting for its delay
+	lazyRecording                  // being written
+	lazyRecorded                   // in Redis
+	lazyRefused                    // the write failed or the session was closing
+)
+
+// add registers a delayed call whose timer calls record; false when the
+// store is closed (record it at once).
+func (l *lazyCalls) add(session, id string, until int64, record func(*lazyCall)) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return false
+	}
+	if l.calls == nil {
+		l.calls = map[string]map[string]*lazyCall{}
+	}
+	m := l.calls[session]
+	if m == nil {
+		m = map[string]*lazyCall{}
+		l.calls[session] = m
+	}
+	c := &lazyCall{session: session, id: id, until: until}
+	m[id] = c
+	if l.byID == nil {
+		l.byID = map[string]*lazyCall{}
+	}
+	l.byID[id] = c
+	c.timer = time.AfterFunc(l.delay, func() {
+		if l.begin(c) {
+			defer l.wg.Done()
+			record(c)
+		}
+	})
+	return true
+}
+
+// begin moves a pending call to recording; false when it is not pending
+// any more (ended, flushed) or the store is closing.
+func (l *lazyCalls) begin(c *lazyCall) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c.state != lazyPending || l.closed {
+		return false
+	}
+	c.state = lazyRecording
+	c.done = make(chan struct{})
+	l.wg.Add(1)
+	return true
+}
+
+// recorded ends a recording.
+func (l *lazyCalls) recorded(c *lazyCall, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c.state = lazyRefused
+	if ok {
+		c.state = lazyRecorded
+	}
+	close(c.done)
+}
+
+// end forgets a call and reports whether it is (or, after a recording in
+// flight, was) recorded in Redis, so EndSessionTask must remove it there.
+// An unknown call (started before a restart of the store value, or
+// recorded at once) is treated as recorded.
+func (l *lazyCalls) end(session, id string) bool {
+	l.mu.Lock()
+	c := l.calls[session][id]
+	if c == nil {
+		l.mu.Unlock()
+		return true
+	}
+	delete(l.calls[session], id)
+	if len(l.calls[session]) == 0 {
+		delete(l.calls, session)
+	}
+	if l.byID[id] == c {
+		delete(l.byID, id)
+	}
+	if c.state == lazyPending {
+		c.timer.Stop()
+		c.state = lazyRefused
+		l.mu.Unlock()
+		return false
+	}
+	done := c.done
+	l.mu.Unlock()
+	<-done
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return c.state == lazyRecorded
+}
+
+// flush records every pending call of session now (CloseSession).
+func (l *lazyCalls) flush(session string, record func(*lazyCall)) {
+	l.mu.Lock()
+	var todo []*lazyCall
+	for _, c := range l.calls[session] {
+		if c.state == lazyPending && !l.closed {
+			c.timer.Stop()
+			c.state = lazyRecording
+			c.done = make(chan struct{})
+			l.wg.Add(1)
+			todo = append(todo, c)
+		}
+	}
+	var wait []chan struct{}
+	for _, c := range l.calls[session] {
+		if c.state == lazyRecording {
+			wait = append(wait, c.done)
+		}
+	}
+	l.mu.Unlock()
+	for _, c := range todo {
+		record(c)
+		l.wg.Done()
+	}
+	for _, ch := range wait {
+		<-ch
+	}
+}
+
+// flushTask records the pending call of task id now: a task that has
+// messages or changes status (a question for the client, input_required)
+// may wait long on its session, and its session's end must wait for it
+// from then on, on every replica. Cheap when nothing is pending.
+func (l *lazyCalls) flushTask(id string, record func(*lazyCall)) {
+	if l.delay <= 0 {
+		return
+	}
+	l.mu.Lock()
+	c := l.byID[id]
+	if c == nil {
+		l.mu.Unlock()
+		return
+	}
+	if c.state == lazyPending && !l.closed {
+		c.timer.Stop()
+		c.state = lazyRecording
+		c.done = make(chan struct{})
+		l.wg.Add(1)
+		l.mu.Unlock()
+		record(c)
+		l.wg.Done()
+		return
+	}
+	done := c.done
+	l.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// close stops every pending timer and waits for recordings in flight.
+func (l *lazyCalls) close() {
+	l.mu.Lock()
+	l.closed = true
+	for _, m := range l.calls {
+		for _, c := range m {
+			if c.state == lazyPending {
+				c.timer.Stop()
+			}
+		}
+	}
+	l.mu.Unlock()
+	l.wg.Wait()
 }
 
 // PendingTask implements SessionRecords with one GET of the pending entry.

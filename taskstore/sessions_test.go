@@ -240,3 +240,64 @@ func BenchmarkSessionLookup(b *testing.B) {
 		}
 	})
 }
+
+// TestSessionTaskDelay: with Config.SessionTaskDelay a call that ends
+// within the delay never reaches Redis; a longer one is recorded after the
+// delay, and the store's own CloseSession records its pending calls first.
+func TestSessionTaskDelay(t *testing.T) {
+	b := miniBackend(t)
+	s := b.open(t, Config{SessionTaskDelay: 50 * time.Millisecond})
+	other := b.open(t, Config{})
+	ctx := testCtx(t)
+	until := time.Now().Add(time.Hour)
+	const id1, id2, id3 = "call1", "call2", "call3"
+	if err := s.StartSessionTask(ctx, sessA, id1, until); err != nil {
+		t.Fatal(err)
+	}
+	if closeNow, err := s.EndSessionTask(ctx, sessA, id1); err != nil || closeNow {
+		t.Fatalf("EndSessionTask = %v, %v; want false", closeNow, err)
+	}
+	if n := b.raw.Exists(ctx, b.k.sessionRecord(sessA)).Val(); n != 0 {
+		t.Fatalf("a call that ended within the delay left a session record")
+	}
+	// A call that outlives the delay is recorded: another replica sees it.
+	if err := s.StartSessionTask(ctx, sessA, id2, until); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() bool {
+		rec, err := other.Session(ctx, sessA)
+		return err == nil && len(rec.Tasks) == 1 && rec.Tasks[0] == id2
+	})
+	if deferred, err := other.CloseSession(ctx, sessA); err != nil || !deferred {
+		t.Fatalf("CloseSession on another replica = %v, %v; want deferred", deferred, err)
+	}
+	if closeNow, err := s.EndSessionTask(ctx, sessA, id2); err != nil || !closeNow {
+		t.Fatalf("EndSessionTask of the last call = %v, %v; want closeNow", closeNow, err)
+	}
+	// The store's own CloseSession records its pending call first.
+	if err := s.StartSessionTask(ctx, sessB, id3, until); err != nil {
+		t.Fatal(err)
+	}
+	if deferred, err := s.CloseSession(ctx, sessB); err != nil || !deferred {
+		t.Fatalf("CloseSession with a pending call = %v, %v; want deferred", deferred, err)
+	}
+	if closeNow, err := s.EndSessionTask(ctx, sessB, id3); err != nil || !closeNow {
+		t.Fatalf("EndSessionTask after CloseSession = %v, %v; want closeNow", closeNow, err)
+	}
+	// A call whose task asks its client something is recorded at once:
+	// its session's end must wait for it on every replica.
+	slow := mustCreate(t, s, newTask(ownerA), CreateOptions{})
+	const sessC = "sess-c"
+	if err := s.StartSessionTask(ctx, sessC, slow.ID, until); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Update(ctx, ownerA, slow.ID, InputRequired, "asks"); err != nil {
+		t.Fatal(err)
+	}
+	if deferred, err := other.CloseSession(ctx, sessC); err != nil || !deferred {
+		t.Fatalf("CloseSession on another replica after input_required = %v, %v; want deferred", deferred, err)
+	}
+	if closeNow, err := s.EndSessionTask(ctx, sessC, slow.ID); err != nil || !closeNow {
+		t.Fatalf("EndSessionTask = %v, %v; want closeNow", closeNow, err)
+	}
+}

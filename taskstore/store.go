@@ -70,6 +70,9 @@ type Task struct {
 	// [A-Za-z0-9_-] (a hex or base64url digest); it names the session's
 	// channel and sets, so it is never a raw Mcp-Session-Id.
 	Session string
+	// Era is the wire revision that created the task ("2025-11-25",
+	// "2026-07-28"), "" when unknown. The store keeps it verbatim.
+	Era string
 }
 
 // ExpiresAt is CreatedAt + TTL: after it the task and its outcome are gone (T-30).
@@ -193,6 +196,8 @@ type Store interface {
 	// SessionRecords (sessions.go): owner binding and lifetime of the
 	// upstream sessions.
 	SessionRecords
+	// Admin (admin.go): tasks across owners, for operators.
+	Admin
 	// Ping checks that the store is reachable.
 	Ping(ctx context.Context) error
 }
@@ -240,7 +245,8 @@ type Leases interface {
 	// current status (so a runner learns of a cancel even without Watch).
 	Renew(ctx context.Context, owner, id string, lease time.Duration) (Status, error)
 	// Recover fails every non-terminal task whose lease expired more than
-	// skew ago, with statusMessage msg and outcome kind internal (deleting
+	// skew ago (on Redis: and whose runner's heartbeat expired too, so a
+	// runner that lives answers for its own tasks), with statusMessage msg and outcome kind internal (deleting
 	// queue and inbox like Cancel), and returns those tasks. Concurrent
 	// Recovers (any replica) fail and return each task once.
 	Recover(ctx context.Context, skew time.Duration, msg string) ([]Task, error)

@@ -22,6 +22,7 @@ import (
 // into Redis as is; kind must be KindProgress, KindNotification or
 // KindRequest.
 func (s *Redis) Enqueue(ctx context.Context, owner, id string, kind MessageKind, msg []byte, max int) (int, error) {
+	s.lazy.flushTask(id, s.recordLazy) // a call with messages is recorded on its session first
 	ctx, cancel := bound(ctx, s.opTimeout)
 	defer cancel()
 	var k string // the element's first byte, as a constant (no allocation)
@@ -177,6 +178,7 @@ func (s *Redis) QueuedTasks(ctx context.Context, owner, session string) ([]strin
 // task is missing, ErrTerminal if it is terminal (nothing is delivered
 // after the end, so nothing can be answered).
 func (s *Redis) AddPending(ctx context.Context, owner, session, reqID, id string) error {
+	s.lazy.flushTask(id, s.recordLazy) // a call with messages is recorded on its session first
 	ctx, cancel := bound(ctx, s.opTimeout)
 	defer cancel()
 	if session != "" && !validSession(session) {

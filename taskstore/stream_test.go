@@ -653,8 +653,9 @@ func testStreamKeysExpire(t *testing.T, b *backend) {
 			b.k.pending(ownerA, sessA, "2"): ttl,
 			b.k.sessQueued(ownerA, sessA):   ttl + indexSlack + keepStep,
 			b.k.index(ownerA):               ttl + indexSlack + keepStep,
-			b.k.live(ownerA):                ttl + indexSlack + keepStep,
-			b.k.leases():                    ttl + indexSlack + keepStep,
+			b.k.runners():                   DefaultLease + indexSlack + keepStep,
+			b.k.adminIndex():                ttl + indexSlack + keepStep,
+			b.k.taskOwner(task.ID):          ttl,
 		}
 		got := map[string]time.Duration{}
 		for _, k := range scanKeys(t, b.raw, b.prefix) {

@@ -622,7 +622,8 @@ type openedStore struct {
 // down), else the embedded one. With --redis and no --owner-key, task
 // operations are held back by a keyGate until the shared key is loaded.
 func openStore(o *options, log zerolog.Logger) (*openedStore, error) {
-	cfg := taskstore.Config{CursorKey: []byte(o.ownerKey), OpTimeout: o.storeTimeout}
+	cfg := taskstore.Config{CursorKey: []byte(o.ownerKey), OpTimeout: o.storeTimeout,
+		SessionTaskDelay: taskstore.DefaultSessionTaskDelay}
 	if len(cfg.CursorKey) == 0 {
 		cfg.CursorKey = nil
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -97,6 +98,9 @@ type targetSummary struct {
 	// CPUus is each --cpu process's (and tgload's) CPU time per request,
 	// in microseconds; processes that used none are left out.
 	CPUus map[string]float64 `json:"cpu_us_per_request,omitempty"`
+	// Redis is each --redis server's median commands and command time per
+	// request over the rounds (servers this target does not use are left out).
+	Redis map[string]redisCounts `json:"redis_per_request,omitempty"`
 	// For targets after the baseline:
 	Ratio      float64 `json:"ratio,omitempty"`        // median of rps / baseline rps
 	RatioMin   float64 `json:"ratio_min,omitempty"`    // lowest round
@@ -116,12 +120,16 @@ func summarize(mode string, targets []compareTarget, runs [][]*result) compareSu
 		ts := targetSummary{Name: t.name, URL: t.url}
 		var rps, p50, p99, ratio, dp50, dp99 []float64
 		cpu := map[string][]float64{}
+		rcalls, rusec, reval := map[string][]float64{}, map[string][]float64{}, map[string][]float64{}
 		var sum, baseSum float64
 		for _, round := range runs {
 			r, b := round[ti], round[0]
 			rps, p50, p99 = append(rps, r.RPS), append(p50, r.P50ms), append(p99, r.P99ms)
 			ts.Errors += r.Errors
 			ts.Inline += r.Inline
+			for k, v := range r.Redis {
+				rcalls[k], rusec[k], reval[k] = append(rcalls[k], v.Calls), append(rusec[k], v.Usec), append(reval[k], v.EvalUsec)
+			}
 			for k, v := range r.CPU {
 				if r.RPS > 0 {
 					cpu[k] = append(cpu[k], v/r.RPS*1e6)
@@ -140,6 +148,14 @@ func summarize(mode string, targets []compareTarget, runs [][]*result) compareSu
 				if m := median(v); m >= 0.5 { // not a process this target runs through
 					ts.CPUus[k] = round2(m)
 				}
+			}
+		}
+		for k, v := range rcalls {
+			if m := median(v); m >= 0.5 {
+				if ts.Redis == nil {
+					ts.Redis = map[string]redisCounts{}
+				}
+				ts.Redis[k] = redisCounts{Calls: round2(m), Usec: round2(median(rusec[k])), EvalUsec: round2(median(reval[k]))}
 			}
 		}
 		if len(ratio) > 0 {
@@ -215,6 +231,10 @@ func (s compareSummary) print(out io.Writer, asJSON bool) {
 		}
 		if len(t.CPUus) > 0 {
 			fmt.Fprintf(out, " cpu-us/req=%s", fmtNamed(t.CPUus, 0))
+		}
+		for _, k := range slices.Sorted(maps.Keys(t.Redis)) {
+			v := t.Redis[k]
+			fmt.Fprintf(out, " redis[%s]=%.1f cmds/req %.1f us/req (evalsha %.1f)", k, v.Calls, v.Usec, v.EvalUsec)
 		}
 		if t.Inline > 0 {
 			fmt.Fprintf(out, " inline=%d", t.Inline)

@@ -9,12 +9,13 @@ import (
 	"strings"
 )
 
-// readCPU returns the user+system CPU seconds of each process.
+// readCPU returns the user+system CPU seconds of each name: the sum over
+// its processes.
 func readCPU(ps []namedPID) map[string]float64 {
 	out := map[string]float64{}
 	for _, p := range ps {
 		if v, ok := procCPU(p.pid); ok {
-			out[p.name] = v
+			out[p.name] += v
 		}
 	}
 	return out

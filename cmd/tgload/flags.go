@@ -45,6 +45,7 @@ type config struct {
 	jsonOut       bool
 	label         string
 	cpu           []namedPID
+	redis         []namedAddr
 	compare       []compareTarget // --compare: endpoints measured side by side
 	rounds        int
 	eras          []string      // --era: the wires each mode runs on, in order
@@ -65,6 +66,7 @@ func parseFlags(argv []string, out io.Writer) (*config, error) {
 		fmt.Fprintf(fs.Output(), "tgload: %s\n\nUsage of tgload:\n", usageNote)
 		fs.PrintDefaults()
 	}
+	var redisList string
 	var modeList, urlList, args, mix, cpu, session, cancelArgs, streamArgs, compare, eraList string
 	fs.StringVar(&modeList, "mode", "call", "comma list of modes: "+strings.Join(modes, ", "))
 	fs.StringVar(&urlList, "url", "http://127.0.0.1:8080/mcp", "comma list of MCP endpoint URLs (workers and mixed-mode requests spread over them)")
@@ -88,7 +90,8 @@ func parseFlags(argv []string, out io.Writer) (*config, error) {
 	fs.StringVar(&mix, "mix", "call=35,create=15,get=25,result=10,cancel=5,list=5,stream=5", "mixed mode weights")
 	fs.BoolVar(&c.jsonOut, "json", false, "print one JSON object per mode instead of text")
 	fs.StringVar(&c.label, "label", "", "label copied into the output")
-	fs.StringVar(&cpu, "cpu", "", "comma list of name=pid whose CPU use during the window is reported")
+	fs.StringVar(&cpu, "cpu", "", "comma list of name=pid whose CPU use during the window is reported; a name given several pids (name=pid+pid+pid, or repeated) reports their sum, e.g. a whole server side: taskgate, its upstream and its redis-server")
+	fs.StringVar(&redisList, "redis", "", "comma list of name=host:port of redis-servers whose INFO commandstats delta over the window is reported per operation (commands and their time as Redis counts them)")
 	fs.StringVar(&compare, "compare", "", "comma list of name=URL measured side by side in alternating rounds (instead of --url); the first is the baseline of the ratios")
 	fs.StringVar(&eraList, "era", "2025", "comma list of protocol eras each mode runs on, one after the other (with --compare: every endpoint in each era, every round): "+
 		"2025 (2025-11-25: sessions, params.task, blocking tasks/result) or 2026 (2026-07-28: stateless, the tasks extension, tasks/get polled until complete)")
@@ -190,12 +193,21 @@ func parseFlags(argv []string, out io.Writer) (*config, error) {
 		return nil, errors.New("--mix: all weights are zero")
 	}
 	for _, kv := range splitList(cpu) {
-		name, p, ok := strings.Cut(kv, "=")
-		pid, err := strconv.Atoi(p)
-		if !ok || err != nil || pid <= 0 {
-			return nil, fmt.Errorf("--cpu %q: want name=pid", kv)
+		name, ps, ok := strings.Cut(kv, "=")
+		for _, p := range strings.Split(ps, "+") {
+			pid, err := strconv.Atoi(p)
+			if !ok || err != nil || pid <= 0 {
+				return nil, fmt.Errorf("--cpu %q: want name=pid or name=pid+pid...", kv)
+			}
+			c.cpu = append(c.cpu, namedPID{name, pid})
 		}
-		c.cpu = append(c.cpu, namedPID{name, pid})
+	}
+	for _, kv := range splitList(redisList) {
+		name, addr, ok := strings.Cut(kv, "=")
+		if !ok || name == "" || addr == "" {
+			return nil, fmt.Errorf("--redis %q: want name=host:port", kv)
+		}
+		c.redis = append(c.redis, namedAddr{name, addr})
 	}
 	return c, nil
 }

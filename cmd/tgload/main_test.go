@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -86,7 +87,7 @@ func TestParseFlags(t *testing.T) {
 		t.Errorf("got %+v", c)
 	}
 	for _, bad := range [][]string{{"--mode", "nope"}, {"--url", "ftp://x"}, {"--mix", "bogus=1"}, {"--args", "[1]"},
-		{"--mode", "mixed", "--mix", "call=0"}, {"-c", "0"}} {
+		{"--mode", "mixed", "--mix", "call=0"}, {"-c", "0"}, {"--cpu", "srv=1+x"}, {"--redis", "nohost"}} {
 		if _, err := parseFlags(bad, discard{}); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
@@ -108,5 +109,35 @@ func TestHelpSaysDevTool(t *testing.T) {
 	if !strings.HasPrefix(help, "tgload: a load generator") || !strings.Contains(help, "A development tool of taskgate, not part of the product.") ||
 		!strings.Contains(help, "-compare") {
 		t.Errorf("--help:\n%s", help)
+	}
+}
+
+// TestServerSideFlags: --cpu sums a name's processes; --redis names servers.
+func TestServerSideFlags(t *testing.T) {
+	c, err := parseFlags([]string{"--cpu", "srv=1+2,srv=3,peer=4", "--redis", "srv=127.0.0.1:1"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []namedPID{{"srv", 1}, {"srv", 2}, {"srv", 3}, {"peer", 4}}
+	if !slices.Equal(c.cpu, want) || len(c.redis) != 1 || c.redis[0] != (namedAddr{"srv", "127.0.0.1:1"}) {
+		t.Errorf("cpu %v redis %v", c.cpu, c.redis)
+	}
+	self := os.Getpid()
+	for x := 0; readCPU([]namedPID{{"a", self}})["a"] == 0; x++ { // use a clock tick of CPU
+		_ = strings.Repeat("x", x%4096)
+	}
+	one := readCPU([]namedPID{{"a", self}})["a"]
+	two := readCPU([]namedPID{{"a", self}, {"a", self}})["a"]
+	if one <= 0 || two < 2*one {
+		t.Errorf("readCPU of one process %v, of it twice %v: want the sum", one, two)
+	}
+}
+
+func TestParseCommandStats(t *testing.T) {
+	info := "# Commandstats\r\ncmdstat_evalsha:calls=10,usec=300,usec_per_call=30.00,rejected_calls=0,failed_calls=0\r\n" +
+		"cmdstat_hset:calls=20,usec=40,usec_per_call=2.00\r\ncmdstat_info:calls=5,usec=500\r\ncmdstat_config|resetstat:calls=1,usec=9\r\n"
+	got := parseCommandStats(info)
+	if want := (redisCounts{Calls: 30, Usec: 340, EvalUsec: 300}); got != want {
+		t.Errorf("parseCommandStats = %+v, want %+v", got, want)
 	}
 }

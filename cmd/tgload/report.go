@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -33,6 +35,9 @@ type result struct {
 	StreamNotes uint64             `json:"stream_notifications,omitempty"`
 	Inline      uint64             `json:"inline_results,omitempty"` // 2026 task calls answered before becoming tasks
 	CPU         map[string]float64 `json:"cpu_cores,omitempty"`
+	// Redis is each --redis server's commands and command time per
+	// operation (an iteration of the mode) over the window.
+	Redis map[string]redisCounts `json:"redis_per_op,omitempty"`
 }
 
 type opStats struct {
@@ -69,6 +74,10 @@ func (r *result) print(out io.Writer, asJSON bool) {
 		r.Concurrency, r.DurationS, r.Requests, r.RPS, fmtMs(r.P50ms), fmtMs(r.P90ms), fmtMs(r.P99ms), fmtMs(r.MaxMs), r.Errors)
 	if len(r.CPU) > 0 {
 		fmt.Fprintf(&b, " cpu=%s", fmtNamed(r.CPU, 2))
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.Redis)) {
+		v := r.Redis[k]
+		fmt.Fprintf(&b, " redis[%s]=%.1f cmds/op %.1f us/op (evalsha %.1f)", k, v.Calls, v.Usec, v.EvalUsec)
 	}
 	fmt.Fprintln(out, b.String())
 	names := make([]string, 0, len(r.Ops))

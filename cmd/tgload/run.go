@@ -87,6 +87,7 @@ func runMode(cfg *config, mode string, stop <-chan struct{}) (*result, error) {
 	cpuStart := map[string]float64{}
 	var cpuEnd map[string]float64
 	var selfStart float64
+	var redisStart, redisEnd map[string]redisCounts
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -97,6 +98,7 @@ func runMode(cfg *config, mode string, stop <-chan struct{}) (*result, error) {
 		}
 		cpuStart = readCPU(cfg.cpu)
 		selfStart = selfCPU()
+		redisStart = readRedis(cfg.redis)
 		var tick <-chan time.Time
 		if cfg.report > 0 {
 			tk := time.NewTicker(cfg.report)
@@ -111,6 +113,7 @@ func runMode(cfg *config, mode string, stop <-chan struct{}) (*result, error) {
 			case <-endT.C:
 				cpuEnd = readCPU(cfg.cpu)
 				cpuEnd["tgload"] = selfCPU()
+				redisEnd = readRedis(cfg.redis)
 				return
 			case <-stop:
 				return
@@ -189,6 +192,15 @@ func runMode(cfg *config, mode string, stop <-chan struct{}) (*result, error) {
 				res.CPU[k] = round2((v - selfStart) / secs)
 			} else if s, ok := cpuStart[k]; ok {
 				res.CPU[k] = round2((v - s) / secs)
+			}
+		}
+	}
+	if done := res.RPS * elapsed.Seconds(); done > 0 && len(redisEnd) > 0 {
+		res.Redis = map[string]redisCounts{}
+		for k, e := range redisEnd {
+			if b, ok := redisStart[k]; ok {
+				res.Redis[k] = redisCounts{Calls: round2((e.Calls - b.Calls) / done),
+					Usec: round2((e.Usec - b.Usec) / done), EvalUsec: round2((e.EvalUsec - b.EvalUsec) / done)}
 			}
 		}
 	}
