@@ -327,7 +327,11 @@ func (s *Redis) Outcome(ctx context.Context, owner, id string) (*Task, *Outcome,
 	if k, ok := vals[len(metaFields)].(string); ok {
 		out.Kind = OutcomeKind(k)
 	}
-	if raw, ok := vals[len(metaFields)+1].(string); ok && raw != "" {
+	if raw, ok := vals[len(metaFields)+1].(string); ok && raw == spilledRaw {
+		if out.Raw, err = s.unspill(ctx, owner, id); err != nil {
+			return nil, nil, err
+		}
+	} else if ok && raw != "" {
 		out.Raw = json.RawMessage(raw)
 	}
 	return t, out, nil
@@ -377,6 +381,9 @@ func (s *Redis) Finish(ctx context.Context, owner, id string, st Status, msg str
 	case OutcomeResult, OutcomeError, OutcomeInternal:
 	default:
 		return nil, fmt.Errorf("taskstore: finish %s: outcome kind %q", id, out.Kind)
+	}
+	if len(out.Raw) >= spillMin {
+		return s.finishSpilled(ctx, owner, id, st, msg, out)
 	}
 	return s.terminate(ctx, "finish", owner, id, st, msg, out)
 }
