@@ -14,6 +14,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -23,6 +26,7 @@ import (
 	"time"
 
 	"github.com/taskgate/taskgate/taskstore"
+	"github.com/taskgate/taskgate/taskstore/redistest"
 )
 
 // redisPipeline sends cmds (inline commands) on one connection and returns
@@ -276,16 +280,21 @@ func (c *loadClient) initialize() error {
 	return err
 }
 
+// loadTask is a task the load created: its id, the text it echoes and the
+// bearer token of its owner.
+type loadTask struct{ id, text, token string }
+
 // taskLoad drives workers that each create an echo task through one of
 // the replicas (round robin), wait for its result with a blocking
 // tasks/result, and remember every task acknowledged as completed with
 // the text it echoed. Creation failures while the store is away are
 // counted, and the longest stretch without a successful creation is
-// measured.
+// measured. With perWorker, each worker is its own owner (token-<n>), so
+// the tasks spread over Cluster slots.
 type taskLoad struct {
 	mu       sync.Mutex
-	acked    map[string]string // task id -> echoed text, acknowledged completed
-	pending  []string          // created, result not acknowledged
+	acked    map[string]loadTask // by task id: acknowledged completed
+	pending  []loadTask         // created, result not acknowledged
 	created  int
 	refused  int // creations answered with an error
 	failures map[string]int
@@ -294,13 +303,16 @@ type taskLoad struct {
 	gapEnd   time.Time
 	wg       sync.WaitGroup
 	stop     chan struct{}
-	token    string
 }
 
-func startTaskLoad(t *testing.T, gws []*gateway, workers int, token string) *taskLoad {
-	l := &taskLoad{acked: map[string]string{}, failures: map[string]int{}, stop: make(chan struct{}), token: token, lastOK: time.Now()}
+func startTaskLoad(t *testing.T, gws []*gateway, workers int, token string, perWorker bool) *taskLoad {
+	l := &taskLoad{acked: map[string]loadTask{}, failures: map[string]int{}, stop: make(chan struct{}), lastOK: time.Now()}
 	for w := range workers {
-		c := newLoadClient(t, gws[w%len(gws)], token)
+		owner := token
+		if perWorker {
+			owner = fmt.Sprint(token, "-", w)
+		}
+		c := newLoadClient(t, gws[w%len(gws)], owner)
 		if err := c.initialize(); err != nil {
 			t.Fatalf("load client %d: %v", w, err)
 		}
@@ -329,12 +341,12 @@ func startTaskLoad(t *testing.T, gws []*gateway, workers int, token string) *tas
 				if err != nil || e != nil || json.Unmarshal(res, &tr) != nil || tr.text() != text {
 					l.fail("result", err, e)
 					l.mu.Lock()
-					l.pending = append(l.pending, ct.Task.TaskID+"\x00"+text)
+					l.pending = append(l.pending, loadTask{ct.Task.TaskID, text, owner})
 					l.mu.Unlock()
 					continue
 				}
 				l.mu.Lock()
-				l.acked[ct.Task.TaskID] = text
+				l.acked[ct.Task.TaskID] = loadTask{ct.Task.TaskID, text, owner}
 				l.mu.Unlock()
 			}
 		}()
@@ -390,18 +402,27 @@ func (l *taskLoad) finish() {
 }
 
 // verify reads every acknowledged task back through gw: lost counts the
-// ones no longer found, wrong the ones in another state or with another
-// result. Tasks created but not acknowledged must end completed (their
+// ones no longer found (an error when strict), wrong the ones in another
+// state or with another result. Tasks created but not acknowledged must end completed (their
 // echo) or failed; stuck counts those still working, and unknown those
 // not found.
-func (l *taskLoad) verify(t *testing.T, gw *gateway) (lost, wrong, pendingDone, pendingFailed, pendingGone int) {
-	c := newLoadClient(t, gw, l.token)
-	if err := c.initialize(); err != nil {
-		t.Fatalf("verify client: %v", err)
+func (l *taskLoad) verify(t *testing.T, gw *gateway, strict bool) (lost, wrong, pendingDone, pendingFailed, pendingGone int) {
+	clients := map[string]*loadClient{}
+	client := func(token string) *loadClient {
+		if c := clients[token]; c != nil {
+			return c
+		}
+		c := newLoadClient(t, gw, token)
+		if err := c.initialize(); err != nil {
+			t.Fatalf("verify client: %v", err)
+		}
+		clients[token] = c
+		return c
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for id, text := range l.acked {
+	for id, lt := range l.acked {
+		text, c := lt.text, client(lt.token)
 		res, e, err := c.rpc("tasks/result", map[string]any{"taskId": id})
 		var tr toolResult
 		switch {
@@ -409,7 +430,7 @@ func (l *taskLoad) verify(t *testing.T, gw *gateway) (lost, wrong, pendingDone, 
 			t.Fatalf("verify %s: %v", id, err)
 		case e != nil && e.Code == -32602:
 			lost++
-			if lost <= 3 {
+			if strict && lost <= 3 {
 				t.Errorf("acknowledged task %s lost: %d %s", id, e.Code, e.Message)
 			}
 		case e != nil || json.Unmarshal(res, &tr) != nil || tr.text() != text:
@@ -420,7 +441,7 @@ func (l *taskLoad) verify(t *testing.T, gw *gateway) (lost, wrong, pendingDone, 
 		}
 	}
 	for _, p := range l.pending {
-		id, text, _ := strings.Cut(p, "\x00")
+		id, text, c := p.id, p.text, client(p.token)
 		res, e, err := c.rpc("tasks/get", map[string]any{"taskId": id})
 		var g wireTask
 		switch {
@@ -429,24 +450,26 @@ func (l *taskLoad) verify(t *testing.T, gw *gateway) (lost, wrong, pendingDone, 
 		case e != nil && e.Code == -32602:
 			pendingGone++
 		case e != nil || json.Unmarshal(res, &g) != nil:
-			t.Errorf("tasks/get %s: %s %v", id, res, e)
+			wrong++
+			if wrong <= 3 {
+				t.Errorf("tasks/get %s: %s %v", id, res, e)
+			}
 		case g.Status == "completed":
 			pendingDone++
-			if r, e, _ := c.rpc("tasks/result", map[string]any{"taskId": id}); e != nil || json.Unmarshal(r, new(toolResult)) != nil {
-				t.Errorf("task %s completed but tasks/result answers %s %v", id, r, e)
-			} else {
-				var tr toolResult
-				_ = json.Unmarshal(r, &tr)
-				if tr.text() != text {
-					wrong++
-					t.Errorf("task %s completed with %q, want %q", id, tr.text(), text)
+			var tr toolResult
+			if r, e, _ := c.rpc("tasks/result", map[string]any{"taskId": id}); e != nil || json.Unmarshal(r, &tr) != nil || tr.text() != text {
+				wrong++
+				if wrong <= 3 {
+					t.Errorf("task %s completed but tasks/result answers %s %v, want %q", id, r, e, text)
 				}
 			}
 		case g.Status == "failed":
 			pendingFailed++
 		default:
 			wrong++
-			t.Errorf("task %s created before the fault is still %s %q", id, g.Status, g.StatusMessage)
+			if wrong <= 3 {
+				t.Errorf("task %s created before the fault is still %s %q", id, g.Status, g.StatusMessage)
+			}
 		}
 	}
 	return
@@ -483,7 +506,7 @@ func TestRedisAOFRestartUnderLoad(t *testing.T) {
 	rs.fsync = "everysec"
 	rs.start()
 	up := startLegacy(t)
-	flags := []string{"--redis", "redis://" + rs.addr, "--store-timeout", "1s"}
+	flags := []string{"--redis", "redis://" + rs.addr, "--store-timeout", "1s", "--task-rate", "-1"}
 	a := startTaskgate(t, up.URL, flags...)
 	b := startTaskgate(t, up.URL, flags...)
 	gws := []*gateway{a, b}
@@ -497,7 +520,7 @@ func TestRedisAOFRestartUnderLoad(t *testing.T) {
 	}
 
 	for _, crash := range []bool{false, true} {
-		load := startTaskLoad(t, gws, 8, fmt.Sprint("aof-load-", crash))
+		load := startTaskLoad(t, gws, 8, fmt.Sprint("aof-load-", crash), false)
 		waitFor(t, 30*time.Second, "50 acknowledged tasks", func() bool { return load.ackedCount() >= 50 })
 		before := load.ackedCount()
 		down := time.Now()
@@ -512,7 +535,7 @@ func TestRedisAOFRestartUnderLoad(t *testing.T) {
 		resumed := time.Since(back)
 		waitFor(t, 30*time.Second, "50 more acknowledged tasks", func() bool { return load.ackedCount() >= before+50 })
 		load.finish()
-		lost, wrong, done, failed, gone := load.verify(t, a)
+		lost, wrong, done, failed, gone := load.verify(t, a, !crash)
 		how := "SIGTERM"
 		if crash {
 			how = "SIGKILL"
@@ -534,5 +557,260 @@ func TestRedisAOFRestartUnderLoad(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// ---- Sentinel ----
+
+// sentinelSet is a Redis master, its replicas and three sentinels watching
+// them as "mymaster", all on loopback.
+type sentinelSet struct {
+	master, replica string
+	sentinels       []string
+	procs           map[string]*proc    // by address
+	args            map[string][]string // redis-server's arguments, by address
+}
+
+func startSentinelSet(t *testing.T, replicas int) *sentinelSet {
+	t.Helper()
+	redistest.Need(t, "redis-server")
+	sentinelBin := redistest.Need(t, "redis-sentinel")
+	s := &sentinelSet{procs: map[string]*proc{}, args: map[string][]string{}}
+	server := func(extra ...string) string {
+		addr := freeAddr(t)
+		_, port, _ := net.SplitHostPort(addr)
+		args := append([]string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--dir", t.TempDir(),
+			"--appendonly", "yes", "--appendfsync", "everysec"}, extra...)
+		s.args[addr] = args
+		s.start(t, addr)
+		return addr
+	}
+	s.master = server()
+	mhost, mport, _ := net.SplitHostPort(s.master)
+	for range replicas {
+		s.replica = server("--replicaof", mhost, mport)
+	}
+	for range 3 {
+		addr := freeAddr(t)
+		_, port, _ := net.SplitHostPort(addr)
+		dir := t.TempDir()
+		conf := filepath.Join(dir, "sentinel.conf")
+		text := fmt.Sprintf("port %s\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster %s %s 2\n"+
+			"sentinel down-after-milliseconds mymaster 1000\nsentinel failover-timeout mymaster 5000\n"+
+			"sentinel parallel-syncs mymaster 1\n", port, dir, mhost, mport)
+		if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s.procs[addr] = startProc(t, "redis-sentinel", sentinelBin, conf)
+		s.sentinels = append(s.sentinels, addr)
+	}
+	// Ready when every sentinel knows the replica and the other two.
+	waitFor(t, 30*time.Second, "the sentinels to find each other and the replica", func() bool {
+		for _, a := range s.sentinels {
+			out, err := redisPipeline(a, "SENTINEL CKQUORUM mymaster")
+			if err != nil || !strings.Contains(out[0], "3 usable") {
+				return false
+			}
+			info, err := redisInfo(a, "SENTINEL")
+			if err != nil || !strings.Contains(info, fmt.Sprintf("slaves=%d,sentinels=3", replicas)) {
+				return false
+			}
+		}
+		return true
+	})
+	return s
+}
+
+// start (re)starts the redis-server at addr and waits until it answers.
+func (s *sentinelSet) start(t *testing.T, addr string) {
+	t.Helper()
+	s.procs[addr] = startProc(t, "redis-server", "redis-server", s.args[addr]...)
+	waitFor(t, 10*time.Second, "redis-server on "+addr, func() bool {
+		reply, err := redisCommand(addr, "PING")
+		return err == nil && strings.HasPrefix(reply, "+PONG")
+	})
+}
+
+// redisInfo returns INFO section as text.
+func redisInfo(addr, section string) (string, error) {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+	if _, err := io.WriteString(c, "INFO "+section+"\r\n"); err != nil {
+		return "", err
+	}
+	br := bufio.NewReader(c)
+	line, err := br.ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "$") {
+		return "", fmt.Errorf("INFO: %q %v", line, err)
+	}
+	n, _ := strconv.Atoi(strings.TrimSpace(line[1:]))
+	buf := make([]byte, n+2)
+	_, err = io.ReadFull(br, buf)
+	return string(buf), err
+}
+
+// masterAddr asks a sentinel for the current master.
+func (s *sentinelSet) masterAddr() string {
+	for _, a := range s.sentinels {
+		c, err := net.DialTimeout("tcp", a, time.Second)
+		if err != nil {
+			continue
+		}
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		_, _ = io.WriteString(c, "SENTINEL get-master-addr-by-name mymaster\r\n")
+		br := bufio.NewReader(c)
+		var parts []string
+		for range 5 {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				break
+			}
+			line = strings.TrimSpace(line)
+			if !strings.HasPrefix(line, "*") && !strings.HasPrefix(line, "$") {
+				parts = append(parts, line)
+			}
+			if len(parts) == 2 {
+				break
+			}
+		}
+		c.Close()
+		if len(parts) == 2 {
+			return net.JoinHostPort(parts[0], parts[1])
+		}
+	}
+	return ""
+}
+
+// Issue 22 item 4: two taskgate replicas on a Sentinel-managed Redis
+// (one master, one replica, three sentinels; redis+sentinel://s1,s2,s3/
+// mymaster) follow a master failover while 8 clients keep creating tasks
+// and reading their results. First a SENTINEL FAILOVER, then a SIGKILL of
+// the new master (the sentinels notice it down after 1 s and promote the
+// other node; the killed one is restarted after that and becomes its
+// replica). Then the same with two replicas. Redis replicates asynchronously and the old master keeps
+// accepting writes until the sentinels switch: by default, tasks
+// acknowledged in that window are lost, which is reported. With
+// ?wait_replicas=N, N being every replica, no acknowledged task is lost or
+// wrongly stated (asserted); the price is that writes wait until the new
+// master has N replicas again. (N smaller than the number of replicas is
+// not safe: during a SENTINEL FAILOVER the old master still has its other
+// replicas, which are resynchronised from the new master afterwards;
+// measured with 2 replicas and wait_replicas=1: 168 of 201 acknowledged
+// tasks lost.) The figures (created, acknowledged, lost, wrongly stated,
+// seconds to resume) are reported.
+func TestSentinelFailover(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		replicas int
+		query    string
+	}{{1, ""}, {1, "?wait_replicas=1"}, {2, "?wait_replicas=2"}} {
+		t.Run(fmt.Sprintf("%d replicas, url%s", tc.replicas, tc.query), func(t *testing.T) {
+			t.Parallel()
+			sentinelFailover(t, tc.replicas, tc.query)
+		})
+	}
+}
+
+func sentinelFailover(t *testing.T, replicas int, query string) {
+	s := startSentinelSet(t, replicas)
+	up := startLegacy(t)
+	url := "redis+sentinel://" + strings.Join(s.sentinels, ",") + "/mymaster" + query
+	flags := []string{"--redis", url, "--owner-key", "sentinel-test-owner-key-0123456789", "--store-timeout", "1s", "--task-rate", "-1"}
+	a := startTaskgate(t, up.URL, flags...)
+	b := startTaskgate(t, up.URL, flags...)
+	gws := []*gateway{a, b}
+
+	for _, kill := range []bool{false, true} {
+		how := "SENTINEL FAILOVER"
+		if kill {
+			how = "SIGKILL of the master"
+		}
+		load := startTaskLoad(t, gws, 8, fmt.Sprint("sentinel-", kill), false)
+		waitFor(t, 30*time.Second, "50 acknowledged tasks", func() bool { return load.ackedCount() >= 50 })
+		old := s.masterAddr()
+		began := time.Now()
+		if kill {
+			s.procs[old].kill()
+		} else if out, err := redisPipeline(s.sentinels[0], "SENTINEL FAILOVER mymaster"); err != nil || out[0] != "+OK" {
+			t.Fatalf("SENTINEL FAILOVER: %q %v", out, err)
+		}
+		waitFor(t, 30*time.Second, "a new master", func() bool { m := s.masterAddr(); return m != "" && m != old })
+		switched := time.Since(began)
+		if kill {
+			s.start(t, old)
+		}
+		waitFor(t, 60*time.Second, "creation to resume", func() bool { return load.createdSince(began.Add(switched)) })
+		resumed := time.Since(began)
+		before := load.ackedCount()
+		waitFor(t, 30*time.Second, "50 more acknowledged tasks", func() bool { return load.ackedCount() >= before+50 })
+		load.finish()
+		lost, wrong, done, failed, gone := load.verify(t, a, query != "")
+		t.Logf("%d replicas, %s%s: sentinels switched the master after %v, creation resumed %v after the fault; %s; acknowledged lost %d, wrongly stated %d; unacknowledged: %d completed, %d failed, %d not found",
+			replicas, how, query, switched.Round(10*time.Millisecond), resumed.Round(10*time.Millisecond), load.summary(), lost, wrong, done, failed, gone)
+		if query != "" && (lost > 0 || wrong > 0) {
+			t.Errorf("%s with %s: %d acknowledged tasks lost, %d wrongly stated; want none", how, query, lost, wrong)
+		}
+		if kill {
+			break
+		}
+		// The old master rejoins as a replica before the next round.
+		waitFor(t, 30*time.Second, "the old master to replicate the new one", func() bool {
+			info, err := redisInfo(old, "REPLICATION")
+			return err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up")
+		})
+	}
+}
+
+// ---- Cluster ----
+
+// Issue 22 item 4: a Redis Cluster resharded while tasks run. Two
+// replicas on a 3-master Cluster, 8 clients (8 owners, so their tasks
+// live in different slots) creating tasks and reading their results, and
+// redis-cli --cluster reshard moving every slot of one master to another
+// meanwhile: no task acknowledged as completed is lost or wrongly stated
+// (go-redis follows MOVED and ASK; a script whose keys are split by a
+// migration gets TRYAGAIN and is refused, not half run). The figures are
+// reported.
+func TestRedisClusterReshard(t *testing.T) {
+	t.Parallel()
+	addrs := redistest.StartCluster(t)
+	cli := redistest.Need(t, "redis-cli")
+	up := startLegacy(t)
+	flags := []string{"--redis", "redis+cluster://" + strings.Join(addrs, ","), "--store-timeout", "1s", "--task-rate", "-1"}
+	a := startTaskgate(t, up.URL, flags...)
+	b := startTaskgate(t, up.URL, flags...)
+	ids := make([]string, len(addrs))
+	for i, addr := range addrs {
+		out, err := redisPipeline(addr, "CLUSTER MYID")
+		if err != nil || len(out[0]) != 40 {
+			t.Fatalf("CLUSTER MYID on %s: %q %v", addr, out, err)
+		}
+		ids[i] = out[0]
+	}
+	load := startTaskLoad(t, []*gateway{a, b}, 8, "reshard", true)
+	waitFor(t, 30*time.Second, "50 acknowledged tasks", func() bool { return load.ackedCount() >= 50 })
+	before := load.ackedCount()
+	began := time.Now()
+	out, err := exec.Command(cli, "--cluster", "reshard", addrs[0], "--cluster-from", ids[0], "--cluster-to", ids[1],
+		"--cluster-slots", "16384", "--cluster-yes").CombinedOutput()
+	if err != nil {
+		t.Fatalf("redis-cli --cluster reshard: %v\n%s", err, out)
+	}
+	took := time.Since(began)
+	during := load.ackedCount() - before
+	waitFor(t, 30*time.Second, "50 more acknowledged tasks", func() bool { return load.ackedCount() >= before+during+50 })
+	load.finish()
+	if n, _ := redisPipeline(addrs[0], "DBSIZE"); len(n) == 0 || n[0] != ":0" {
+		t.Errorf("the emptied master still holds keys: %q", n)
+	}
+	lost, wrong, done, failed, gone := load.verify(t, a, true)
+	t.Logf("reshard of all of one master's slots took %v; %d tasks acknowledged during it; %s; acknowledged lost %d, wrongly stated %d; unacknowledged: %d completed, %d failed, %d not found",
+		took.Round(10*time.Millisecond), during, load.summary(), lost, wrong, done, failed, gone)
+	if lost > 0 || wrong > 0 {
+		t.Errorf("reshard: %d acknowledged tasks lost, %d wrongly stated; want none", lost, wrong)
 	}
 }

@@ -31,6 +31,7 @@ import (
 // once it ran, so no request or reply outlives its caller.
 type readBatcher struct {
 	rdb   redis.UniversalClient
+	wait  replicaWait   // WAIT after writes; zero: none
 	lanes chan struct{} // a token per direct command running
 	reqs  chan *readReq
 	stop  chan struct{}
@@ -139,6 +140,7 @@ func (b *readBatcher) run(batch []*readReq) {
 	var dl time.Time
 	p := b.rdb.Pipeline()
 	n := 0
+	cmds := make([]redis.Cmder, 0, len(batch))
 	for _, r := range batch {
 		if r.ctx.Err() != nil {
 			continue
@@ -149,11 +151,14 @@ func (b *readBatcher) run(batch []*readReq) {
 			dl = d
 		}
 		_ = p.Process(r.ctx, r.cmd)
+		cmds = append(cmds, r.cmd)
 		n++
 	}
 	if n > 0 {
 		ctx, cancel := context.WithDeadline(context.Background(), dl)
+		check := b.wait.add(ctx, p, cmds)
 		_, _ = p.Exec(ctx) // errors are on each command
+		check()
 		cancel()
 	}
 	for _, r := range batch {
@@ -180,7 +185,15 @@ func (b *readBatcher) direct(ctx context.Context, cmd redis.Cmder) error {
 		return ctx.Err()
 	}
 	defer func() { <-b.lanes }()
-	_ = b.rdb.Process(ctx, cmd)
+	if !b.wait.on() || !isWrite(cmd) {
+		_ = b.rdb.Process(ctx, cmd)
+		return cmd.Err()
+	}
+	p := b.rdb.Pipeline()
+	_ = p.Process(ctx, cmd)
+	check := b.wait.add(ctx, p, []redis.Cmder{cmd})
+	_, _ = p.Exec(ctx)
+	check()
 	return cmd.Err()
 }
 

@@ -1,6 +1,7 @@
 package taskstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -63,6 +64,13 @@ type Config struct {
 	// leases. Watch and WatchSession apply it to the subscription only.
 	// The embedded store never waits, so it has nothing to bound.
 	OpTimeout time.Duration
+	// WaitReplicas, when > 0, makes every write wait until that many
+	// replicas acknowledged it (WAIT, at most WaitTimeout, default
+	// DefaultWaitTimeout); a write they did not acknowledge fails with
+	// ErrNotReplicated. Not used on a Cluster. See replicawait.go. Open's
+	// URL parameters wait_replicas and wait_timeout (ReplicaWait) set them.
+	WaitReplicas int
+	WaitTimeout  time.Duration
 }
 
 // withDefaults fills in the zero fields of cfg shared by every store.
@@ -141,6 +149,9 @@ func NewRedis(rdb redis.UniversalClient, cfg Config) (*Redis, error) {
 	_, cluster := rdb.(*redis.ClusterClient)
 	s := &Redis{rdb: rdb, fused: !cluster, k: keys{prefix: cfg.Prefix}, now: cfg.Now, cursors: newCursors(mac), sTTL: cfg.SessionTTL, opTimeout: cfg.OpTimeout}
 	s.reads = newReadBatcher(rdb)
+	if !cluster && cfg.WaitReplicas > 0 {
+		s.reads.wait = replicaWait{n: cfg.WaitReplicas, timeout: cmp.Or(cfg.WaitTimeout, DefaultWaitTimeout)}
+	}
 	s.hub.rdb = rdb
 	s.hub.register = s.registerListeners
 	return s, nil
@@ -685,9 +696,11 @@ func (s *Redis) pipe(ctx context.Context, calls []scriptCall, extra func(redis.P
 	if extra != nil {
 		extra(p)
 	}
+	replicated := s.reads.wait.add(ctx, p, cmders(res))
 	if err := transportErr(p.Exec(ctx)); err != nil {
 		return nil, err
 	}
+	replicated()
 	var retry []int
 	for i, cmd := range res {
 		if isNoScript(cmd.Err()) {
@@ -701,9 +714,11 @@ func (s *Redis) pipe(ctx context.Context, calls []scriptCall, extra func(redis.P
 	for _, i := range retry {
 		res[i] = calls[i].script.Eval(ctx, p, calls[i].keys, calls[i].args...)
 	}
+	replicated = s.reads.wait.add(ctx, p, cmders(res))
 	if err := transportErr(p.Exec(ctx)); err != nil {
 		return nil, err
 	}
+	replicated()
 	return res, nil
 }
 

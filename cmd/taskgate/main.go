@@ -641,6 +641,10 @@ func openStore(o *options, log zerolog.Logger) (*openedStore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--redis: %w", err)
 	}
+	if cfg.WaitReplicas, cfg.WaitTimeout, err = taskstore.ReplicaWait(o.redisURL); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("--redis: %w", err)
+	}
 	s, err := taskstore.NewRedis(rdb, cfg)
 	if err != nil {
 		rdb.Close()
