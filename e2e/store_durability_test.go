@@ -294,7 +294,7 @@ type loadTask struct{ id, text, token string }
 type taskLoad struct {
 	mu       sync.Mutex
 	acked    map[string]loadTask // by task id: acknowledged completed
-	pending  []loadTask         // created, result not acknowledged
+	pending  []loadTask          // created, result not acknowledged
 	created  int
 	refused  int // creations answered with an error
 	failures map[string]int
