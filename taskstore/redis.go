@@ -655,7 +655,7 @@ func (s *Redis) run(ctx context.Context, script *redis.Script, keys []string, ar
 	case err == nil:
 		return cmd
 	case isNoScript(err):
-		return script.Eval(ctx, s.rdb, keys, args...)
+		return s.eval(ctx, script, keys, args...)
 	default:
 		// cmd is not read again: when ctx ended first, its batch may still
 		// be writing it.

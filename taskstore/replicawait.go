@@ -149,3 +149,17 @@ func cmders(cmds []*redis.Cmd) []redis.Cmder {
 	}
 	return out
 }
+
+// eval runs script with EVAL (which also loads it), followed by WAIT when
+// Config.WaitReplicas is set.
+func (s *Redis) eval(ctx context.Context, script *redis.Script, keys []string, args ...any) *redis.Cmd {
+	if !s.reads.wait.on() {
+		return script.Eval(ctx, s.rdb, keys, args...)
+	}
+	p := s.rdb.Pipeline()
+	cmd := script.Eval(ctx, p, keys, args...)
+	check := s.reads.wait.add(ctx, p, []redis.Cmder{cmd})
+	_, _ = p.Exec(ctx) // errors are on cmd
+	check()
+	return cmd
+}
