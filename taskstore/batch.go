@@ -140,7 +140,7 @@ func (b *readBatcher) run(batch []*readReq) {
 	var dl time.Time
 	p := b.rdb.Pipeline()
 	n := 0
-	cmds := make([]redis.Cmder, 0, len(batch))
+	var cmds []redis.Cmder // for WAIT only
 	for _, r := range batch {
 		if r.ctx.Err() != nil {
 			continue
@@ -151,7 +151,9 @@ func (b *readBatcher) run(batch []*readReq) {
 			dl = d
 		}
 		_ = p.Process(r.ctx, r.cmd)
-		cmds = append(cmds, r.cmd)
+		if b.wait.on() {
+			cmds = append(cmds, r.cmd)
+		}
 		n++
 	}
 	if n > 0 {

@@ -696,7 +696,7 @@ func (s *Redis) pipe(ctx context.Context, calls []scriptCall, extra func(redis.P
 	if extra != nil {
 		extra(p)
 	}
-	replicated := s.reads.wait.add(ctx, p, cmders(res))
+	replicated := s.reads.wait.addCmds(ctx, p, res)
 	if err := transportErr(p.Exec(ctx)); err != nil {
 		return nil, err
 	}
@@ -714,7 +714,7 @@ func (s *Redis) pipe(ctx context.Context, calls []scriptCall, extra func(redis.P
 	for _, i := range retry {
 		res[i] = calls[i].script.Eval(ctx, p, calls[i].keys, calls[i].args...)
 	}
-	replicated = s.reads.wait.add(ctx, p, cmders(res))
+	replicated = s.reads.wait.addCmds(ctx, p, res)
 	if err := transportErr(p.Exec(ctx)); err != nil {
 		return nil, err
 	}

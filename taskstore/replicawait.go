@@ -142,12 +142,16 @@ func ReplicaWait(rawURL string) (replicas int, timeout time.Duration, err error)
 	return w.n, w.timeout, nil
 }
 
-func cmders(cmds []*redis.Cmd) []redis.Cmder {
+// addCmds is add for script commands; it allocates nothing when w is off.
+func (w replicaWait) addCmds(ctx context.Context, p redis.Pipeliner, cmds []*redis.Cmd) func() {
+	if !w.on() {
+		return func() {}
+	}
 	out := make([]redis.Cmder, len(cmds))
 	for i, c := range cmds {
 		out[i] = c
 	}
-	return out
+	return w.add(ctx, p, out)
 }
 
 // eval runs script with EVAL (which also loads it), followed by WAIT when
