@@ -63,7 +63,9 @@ func largeBurst(ctx context.Context, a, b Store, clients, size int, ttl time.Dur
 				fail(fmt.Errorf("probe outcome: %w", err))
 				continue
 			}
+			mu.Lock()
 			probe = append(probe, time.Since(start))
+			mu.Unlock()
 		}
 	}()
 	var wg sync.WaitGroup
@@ -95,7 +97,13 @@ func largeBurst(ctx context.Context, a, b Store, clients, size int, ttl time.Dur
 	}
 	wg.Wait()
 	if clients == 0 {
-		for len(probe) < 200 && len(errs) == 0 {
+		for {
+			mu.Lock()
+			enough := len(probe) >= 200 || len(errs) > 0
+			mu.Unlock()
+			if enough {
+				break
+			}
 			time.Sleep(time.Millisecond)
 		}
 	}
@@ -174,7 +182,7 @@ func TestLargePayloadsRedis(t *testing.T) {
 }
 
 // The embedded store under the same burst: nothing fails, and once the
-// large tasks expired (TTL 2 s) the live heap is back within 50 MB.
+// large tasks expired (TTL 5 s) the live heap is back within 50 MB.
 func TestLargePayloadsEmbedded(t *testing.T) {
 	e, closer, err := NewEmbedded(Config{})
 	if err != nil {
@@ -184,13 +192,13 @@ func TestLargePayloadsEmbedded(t *testing.T) {
 	ctx := context.Background()
 	_ = bigResult(8 << 20)
 	before := liveHeap()
-	errs, probe := largeBurst(ctx, e, e, 50, 8<<20, 2*time.Second)
+	errs, probe := largeBurst(ctx, e, e, 50, 8<<20, 5*time.Second)
 	for _, err := range errs {
 		t.Errorf("store error: %v", err)
 	}
 	held := liveHeap()
 	var after uint64
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for {
 		after = liveHeap()
 		if after <= before+50<<20 || time.Now().After(deadline) {

@@ -46,15 +46,15 @@ func TestSplitWaitParams(t *testing.T) {
 // payloads (sent alone) included.
 func TestReplicaWait(t *testing.T) {
 	master := redistest.Start(t)
-	rdb, err := Open("redis://" + master + "?wait_replicas=1&wait_timeout=100ms")
+	rdb, err := Open("redis://" + master + "?wait_replicas=1&wait_timeout=2s")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n, timeout, err := ReplicaWait("redis://" + master + "?wait_replicas=1&wait_timeout=100ms")
-	if err != nil || n != 1 || timeout != 100*time.Millisecond {
+	n, timeout, err := ReplicaWait("redis://" + master + "?wait_replicas=1&wait_timeout=2s")
+	if err != nil || n != 1 || timeout != 2*time.Second {
 		t.Fatalf("ReplicaWait = %d, %v, %v", n, timeout, err)
 	}
-	s := storeOn(t, rdb, uniquePrefix(), Config{WaitReplicas: n, WaitTimeout: timeout}, true)
+	s := storeOn(t, rdb, uniquePrefix(), Config{WaitReplicas: n, WaitTimeout: timeout, OpTimeout: 10 * time.Second}, true)
 	ctx := context.Background()
 	task := &Task{Owner: ownerA, Runner: "r", TTL: time.Minute}
 	if err := s.Create(ctx, task, CreateOptions{}); !errors.Is(err, ErrNotReplicated) || !errors.Is(err, ErrUnavailable) {
