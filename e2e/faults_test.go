@@ -32,6 +32,7 @@ type redisServer struct {
 	addr    string
 	dir     string
 	persist bool
+	fsync   string // appendfsync with persist; "" means always
 	p       *proc
 }
 
@@ -47,7 +48,11 @@ func (r *redisServer) start() {
 	_, port, _ := net.SplitHostPort(r.addr)
 	args := []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--dir", r.dir}
 	if r.persist {
-		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
+		fsync := r.fsync
+		if fsync == "" {
+			fsync = "always"
+		}
+		args = append(args, "--appendonly", "yes", "--appendfsync", fsync)
 	} else {
 		args = append(args, "--appendonly", "no")
 	}

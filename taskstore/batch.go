@@ -2,6 +2,7 @@ package taskstore
 
 import (
 	"context"
+	"encoding/json"
 	"sync"
 	"time"
 
@@ -20,8 +21,18 @@ import (
 // Redis CPU 0.29 -> 0.17 cores at a higher rate. Order: one caller's
 // operations are sequential (each waits for its reply), so batching never
 // reorders them; concurrent callers had no order to keep.
+//
+// Large payloads stay out of the batches: a command whose arguments carry
+// largePayload bytes or more (a large outcome, message or answer) runs
+// alone on a connection of its own from the client's pool (direct), at most
+// largeLanes at once, so it never holds up the small commands pipelined
+// behind it; large replies are kept out the same way by the callers
+// (spill.go reads a large outcome with direct). A batch's slots are cleared
+// once it ran, so no request or reply outlives its caller.
 type readBatcher struct {
 	rdb   redis.UniversalClient
+	wait  replicaWait   // WAIT after writes; zero: none
+	lanes chan struct{} // a token per direct command running
 	reqs  chan *readReq
 	stop  chan struct{}
 	start sync.Once // the readers start at the first read
@@ -36,6 +47,16 @@ const (
 	batchMax     = 64
 )
 
+// largePayload is the argument size from which a command runs alone
+// (direct) rather than in a batch; largeLanes bounds how many such commands
+// run at once, so they take at most that many of the client's pooled
+// connections (go-redis's default pool has 10 per CPU) and the small ones
+// keep theirs.
+const (
+	largePayload = 64 << 10
+	largeLanes   = 4
+)
+
 type readReq struct {
 	ctx  context.Context
 	cmd  redis.Cmder
@@ -43,12 +64,16 @@ type readReq struct {
 }
 
 func newReadBatcher(rdb redis.UniversalClient) *readBatcher {
-	return &readBatcher{rdb: rdb, reqs: make(chan *readReq, batchMax), stop: make(chan struct{})}
+	return &readBatcher{rdb: rdb, lanes: make(chan struct{}, largeLanes), reqs: make(chan *readReq, batchMax), stop: make(chan struct{})}
 }
 
-// do runs cmd in a batch; it returns when cmd has its result or ctx ends
-// (then with ctx's error; the batch may still run the command).
+// do runs cmd in a batch, or alone (direct) when its arguments are large;
+// it returns when cmd has its result or ctx ends (then with ctx's error;
+// the batch may still run the command).
 func (b *readBatcher) do(ctx context.Context, cmd redis.Cmder) error {
+	if argsSize(cmd.Args()) >= largePayload {
+		return b.direct(ctx, cmd)
+	}
 	b.start.Do(func() {
 		select {
 		case <-b.stop:
@@ -103,6 +128,9 @@ func (b *readBatcher) loop() {
 			}
 		}
 		b.run(batch)
+		// The slots would otherwise keep the requests, their commands and
+		// replies (payloads up to the result limit) until overwritten.
+		clear(batch)
 	}
 }
 
@@ -112,6 +140,7 @@ func (b *readBatcher) run(batch []*readReq) {
 	var dl time.Time
 	p := b.rdb.Pipeline()
 	n := 0
+	var cmds []redis.Cmder // for WAIT only
 	for _, r := range batch {
 		if r.ctx.Err() != nil {
 			continue
@@ -122,11 +151,16 @@ func (b *readBatcher) run(batch []*readReq) {
 			dl = d
 		}
 		_ = p.Process(r.ctx, r.cmd)
+		if b.wait.on() {
+			cmds = append(cmds, r.cmd)
+		}
 		n++
 	}
 	if n > 0 {
 		ctx, cancel := context.WithDeadline(context.Background(), dl)
+		check := b.wait.add(ctx, p, cmds)
 		_, _ = p.Exec(ctx) // errors are on each command
+		check()
 		cancel()
 	}
 	for _, r := range batch {
@@ -138,4 +172,46 @@ func (b *readBatcher) close() {
 	b.once.Do(func() { close(b.stop) })
 	b.start.Do(func() {}) // no readers start after this
 	b.wg.Wait()
+}
+
+// direct runs cmd alone on a connection from the client's pool, waiting
+// for one of largeLanes first; for commands with a large payload (argument
+// or reply) that must not hold up a batch. It returns cmd's error, or
+// ctx's when ctx ends while waiting for a lane.
+func (b *readBatcher) direct(ctx context.Context, cmd redis.Cmder) error {
+	select {
+	case b.lanes <- struct{}{}:
+	case <-b.stop:
+		return errClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-b.lanes }()
+	if !b.wait.on() || !isWrite(cmd) {
+		_ = b.rdb.Process(ctx, cmd)
+		return cmd.Err()
+	}
+	p := b.rdb.Pipeline()
+	_ = p.Process(ctx, cmd)
+	check := b.wait.add(ctx, p, []redis.Cmder{cmd})
+	_, _ = p.Exec(ctx)
+	check()
+	return cmd.Err()
+}
+
+// argsSize is the number of payload bytes in args (strings and byte
+// slices; numbers are small).
+func argsSize(args []any) int {
+	n := 0
+	for _, a := range args {
+		switch v := a.(type) {
+		case string:
+			n += len(v)
+		case []byte:
+			n += len(v)
+		case json.RawMessage:
+			n += len(v)
+		}
+	}
+	return n
 }

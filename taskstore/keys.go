@@ -21,6 +21,8 @@ import (
 //	P:{owner}:q:<id>      list   outbound queue, FIFO; element = kind byte + message; expires with the task
 //	P:{owner}:in:<id>     list   inbox of client answers, FIFO; expires with the task
 //	P:{owner}:lis:<id>    string "1" while a tasks/result stream listens; PX min(mark ttl, task expiry)
+//	P:{owner}:res:<id>    string a large outcome (spill.go); the task hash's outcome field then
+//	                             holds spilledRaw; expires with the task
 //	P:{owner}:ir:<id>     hash   open input requests of the task: key -> request JSON; expires
 //	                             with the task, deleted when it ends
 //	P:{owner}:sq:<sess>   set    the session's task ids with queued messages; expires a minute
@@ -86,6 +88,8 @@ func (k keys) inbox(owner, id string) string { return k.inboxPrefix(owner) + id 
 // inboxPrefix is the inbox key without its id (answerCmd appends the
 // pending task id).
 func (k keys) inboxPrefix(owner string) string { return k.prefix + ":{" + owner + "}:in:" }
+
+func (k keys) spilled(owner, id string) string { return k.prefix + ":{" + owner + "}:res:" + id }
 
 func (k keys) inputs(owner, id string) string { return k.prefix + ":{" + owner + "}:ir:" + id }
 

@@ -35,8 +35,14 @@ const (
 // credentials of the Redis master/replicas, and the query parameters
 // sentinel_username and sentinel_password (if any) those of the sentinels.
 // Options are go-redis's snake_case query parameters (pool_size,
-// max_retries, read_timeout=2s, ...); unknown ones are an error.
+// max_retries, read_timeout=2s, ...); unknown ones are an error. Two
+// more are taskgate's own, read by ReplicaWait and ignored here:
+// wait_replicas=N and wait_timeout=D (Config.WaitReplicas, WaitTimeout).
 func Open(rawURL string) (redis.UniversalClient, error) {
+	rawURL, _, err := splitWaitParams(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("taskstore: open: %w", err)
+	}
 	scheme, rest, ok := strings.Cut(rawURL, "://")
 	if !ok {
 		return nil, fmt.Errorf("taskstore: open: %q is not a URL", redactURL(rawURL))

@@ -1,6 +1,7 @@
 package taskstore
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -77,6 +78,13 @@ type Config struct {
 	// (StartSessionTask returns nil).
 	// DefaultSessionTaskDelay is taskgate's setting.
 	SessionTaskDelay time.Duration
+	// WaitReplicas, when > 0, makes every write wait until that many
+	// replicas acknowledged it (WAIT, at most WaitTimeout, default
+	// DefaultWaitTimeout); a write they did not acknowledge fails with
+	// ErrNotReplicated. Not used on a Cluster. See replicawait.go. Open's
+	// URL parameters wait_replicas and wait_timeout (ReplicaWait) set them.
+	WaitReplicas int
+	WaitTimeout  time.Duration
 }
 
 // DefaultSessionTaskDelay is the Config.SessionTaskDelay taskgate uses
@@ -164,6 +172,9 @@ func NewRedis(rdb redis.UniversalClient, cfg Config) (*Redis, error) {
 	s.reads = newReadBatcher(rdb)
 	s.beats.beat = s.heartbeat
 	s.lazy.delay = cfg.SessionTaskDelay
+	if !cluster && cfg.WaitReplicas > 0 {
+		s.reads.wait = replicaWait{n: cfg.WaitReplicas, timeout: cmp.Or(cfg.WaitTimeout, DefaultWaitTimeout)}
+	}
 	s.hub.rdb = rdb
 	s.hub.register = s.registerListeners
 	return s, nil
@@ -369,7 +380,11 @@ func (s *Redis) Outcome(ctx context.Context, owner, id string) (*Task, *Outcome,
 	if k, ok := vals[len(metaFields)].(string); ok {
 		out.Kind = OutcomeKind(k)
 	}
-	if raw, ok := vals[len(metaFields)+1].(string); ok && raw != "" {
+	if raw, ok := vals[len(metaFields)+1].(string); ok && raw == spilledRaw {
+		if out.Raw, err = s.unspill(ctx, owner, id); err != nil {
+			return nil, nil, err
+		}
+	} else if ok && raw != "" {
 		out.Raw = json.RawMessage(raw)
 	}
 	return t, out, nil
@@ -420,6 +435,9 @@ func (s *Redis) Finish(ctx context.Context, owner, id string, st Status, msg str
 	case OutcomeResult, OutcomeError, OutcomeInternal:
 	default:
 		return nil, fmt.Errorf("taskstore: finish %s: outcome kind %q", id, out.Kind)
+	}
+	if len(out.Raw) >= spillMin {
+		return s.finishSpilled(ctx, owner, id, st, msg, out)
 	}
 	return s.terminate(ctx, "finish", owner, id, st, msg, out)
 }
@@ -709,7 +727,7 @@ func (s *Redis) run(ctx context.Context, script *redis.Script, keys []string, ar
 	case err == nil:
 		return cmd
 	case isNoScript(err):
-		return script.Eval(ctx, s.rdb, keys, args...)
+		return s.eval(ctx, script, keys, args...)
 	default:
 		// cmd is not read again: when ctx ended first, its batch may still
 		// be writing it.
@@ -750,9 +768,11 @@ func (s *Redis) pipe(ctx context.Context, calls []scriptCall, extra ...func(redi
 	for _, f := range extra {
 		f(p)
 	}
+	replicated := s.reads.wait.addCmds(ctx, p, res)
 	if err := transportErr(p.Exec(ctx)); err != nil {
 		return nil, err
 	}
+	replicated()
 	var retry []int
 	for i, cmd := range res {
 		if isNoScript(cmd.Err()) {
@@ -766,9 +786,11 @@ func (s *Redis) pipe(ctx context.Context, calls []scriptCall, extra ...func(redi
 	for _, i := range retry {
 		res[i] = calls[i].script.Eval(ctx, p, calls[i].keys, calls[i].args...)
 	}
+	replicated = s.reads.wait.addCmds(ctx, p, res)
 	if err := transportErr(p.Exec(ctx)); err != nil {
 		return nil, err
 	}
+	replicated()
 	return res, nil
 }
 

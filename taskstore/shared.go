@@ -29,42 +29,68 @@ func SharedSecretKey(prefix, name string) string {
 // ask creates it and every other one (and every later restart) reads the
 // same value. Processes sharing one Redis and prefix thereby share the
 // secret without configuration. Anyone who can read that Redis key can read
-// the secret. The secret is never rotated: deleting the key makes the next
-// process to start create a new one, which the processes already running
-// do not see.
+// the secret. The secret is never rotated: deleting the key (or Redis
+// losing its data) makes the next process to start create a new one, which
+// the processes already running learn only through AssertSharedSecret.
 func SharedSecret(ctx context.Context, rdb redis.UniversalClient, prefix, name string) ([]byte, error) {
-	key := SharedSecretKey(prefix, name)
 	fresh := make([]byte, SharedSecretLen)
 	if _, err := rand.Read(fresh); err != nil {
 		return nil, fmt.Errorf("taskstore: shared secret %s: %w", name, err)
 	}
+	v, _, err := AssertSharedSecret(ctx, rdb, prefix, name, fresh)
+	return v, err
+}
+
+// AssertSharedSecret writes value as the secret called name when Redis has
+// none (SET NX, no expiry) and returns the secret Redis holds afterwards:
+// value itself with wrote true when this call stored it, else the value
+// found there (which may differ from value). A process that keeps a shared
+// secret in memory calls it periodically, so that after Redis lost its data
+// (a restart without persistence) the first process to ask writes its
+// secret back and every other one, and every process started later, reads
+// that same secret instead of creating a new one. A stored value that is
+// not 16 or more hex-encoded bytes is an error.
+func AssertSharedSecret(ctx context.Context, rdb redis.UniversalClient, prefix, name string, value []byte) (stored []byte, wrote bool, err error) {
+	key := SharedSecretKey(prefix, name)
+	enc := hex.EncodeToString(value)
 	// SET NX GET answers the value already there (or nil when this call
 	// created it) in one round trip; it needs Redis 7.0. Older servers
 	// answer a syntax error, handled below.
-	old, err := rdb.SetArgs(ctx, key, hex.EncodeToString(fresh), redis.SetArgs{Mode: "NX", Get: true}).Result()
+	old, err := rdb.SetArgs(ctx, key, enc, redis.SetArgs{Mode: "NX", Get: true}).Result()
 	switch {
 	case errors.Is(err, redis.Nil):
-		return fresh, nil
+		return value, true, nil
 	case err == nil:
-		return decodeSecret(name, old)
+		v, err := decodeSecret(name, old)
+		return v, false, err
 	case isSyntaxError(err):
-		if _, err := rdb.SetNX(ctx, key, hex.EncodeToString(fresh), 0).Result(); err != nil {
-			return nil, fmt.Errorf("taskstore: shared secret %s: %w", name, err)
+		ok, err := rdb.SetNX(ctx, key, enc, 0).Result()
+		if err != nil {
+			return nil, false, fmt.Errorf("taskstore: shared secret %s: %w", name, err)
+		}
+		if ok {
+			return value, true, nil
 		}
 		v, err := rdb.Get(ctx, key).Result()
 		if err != nil {
-			return nil, fmt.Errorf("taskstore: shared secret %s: %w", name, err)
+			return nil, false, fmt.Errorf("taskstore: shared secret %s: %w", name, err)
 		}
-		return decodeSecret(name, v)
+		b, err := decodeSecret(name, v)
+		return b, false, err
 	default:
-		return nil, fmt.Errorf("taskstore: shared secret %s: %w", name, err)
+		return nil, false, fmt.Errorf("taskstore: shared secret %s: %w", name, err)
 	}
 }
+
+// ErrBadSharedSecret is SharedSecret's and AssertSharedSecret's error when
+// the value stored in Redis is not 16 or more hex-encoded bytes (written by
+// something other than taskgate).
+var ErrBadSharedSecret = errors.New("the stored value is not 16 or more hex-encoded bytes")
 
 func decodeSecret(name, v string) ([]byte, error) {
 	b, err := hex.DecodeString(v)
 	if err != nil || len(b) < 16 {
-		return nil, fmt.Errorf("taskstore: shared secret %s: the stored value is not 16 or more hex-encoded bytes", name)
+		return nil, fmt.Errorf("taskstore: shared secret %s: %w", name, ErrBadSharedSecret)
 	}
 	return b, nil
 }

@@ -26,6 +26,7 @@ func runSuite(t *testing.T, newBackend func(testing.TB) *backend) {
 		{"CreateValidation", testCreateValidation},
 		{"Update_T22_Q19", testUpdate},
 		{"FinishOutcome_T36_T38", testFinishOutcome},
+		{"SpilledOutcome", testSpilledOutcome},
 		{"FinishAfterCancel_T59", testFinishAfterCancel},
 		{"TerminalIsFinal_T23_T57_E27", testTerminalIsFinal},
 		{"ForeignOwner_T75_E41", testForeignOwner},

@@ -469,9 +469,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if st.key != nil {
 		// With Redis up, the key is known before the first request; else
 		// it is loaded in the background and task operations wait for it.
-		if err := st.key.load(bgCtx, h); err != nil {
-			go st.key.loop(bgCtx, h)
-		}
+		// Then the loop keeps this replica on the key Redis holds.
+		st.key.register(reg)
+		st.key.interval = o.lease / 4
+		_ = st.key.load(bgCtx, h)
+		go st.key.loop(bgCtx, h)
 	}
 	probe := newStoreProbe(reg, st.store, st.rdb, o.storeTimeout, log)
 	_ = probe.check(bgCtx)
@@ -638,6 +640,10 @@ func openStore(o *options, log zerolog.Logger) (*openedStore, error) {
 	}
 	rdb, err := taskstore.Open(o.redisURL)
 	if err != nil {
+		return nil, fmt.Errorf("--redis: %w", err)
+	}
+	if cfg.WaitReplicas, cfg.WaitTimeout, err = taskstore.ReplicaWait(o.redisURL); err != nil {
+		rdb.Close()
 		return nil, fmt.Errorf("--redis: %w", err)
 	}
 	s, err := taskstore.NewRedis(rdb, cfg)

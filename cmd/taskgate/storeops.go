@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -22,6 +23,11 @@ const ownerKeyName = "owner-key"
 // share through Redis is not known yet.
 var errKeyNotLoaded = fmt.Errorf("%w: the owner key shared through Redis is not loaded yet", taskstore.ErrUnavailable)
 
+// errKeyMismatch is what Ping answers from the moment this replica found a
+// different owner key in Redis than its own until a later check finds them
+// agreeing.
+var errKeyMismatch = fmt.Errorf("%w: the owner key in Redis differed from this replica's (Redis lost its data); converging", taskstore.ErrUnavailable)
+
 // keyGate holds back the store operations through which tasks and session
 // records are created or found (Create, Get, Outcome, List, Cancel, the
 // session versions and the sessions' owner bindings) until the owner key shared by the replicas is known:
@@ -30,7 +36,8 @@ var errKeyNotLoaded = fmt.Errorf("%w: the owner key shared through Redis is not 
 // these, and pass through.
 type keyGate struct {
 	taskstore.Store
-	ready atomic.Bool
+	ready    atomic.Bool
+	mismatch atomic.Bool // set by sharedKey.reassert; fails Ping only
 }
 
 func (g *keyGate) check() error {
@@ -121,29 +128,73 @@ func (g *keyGate) Ping(ctx context.Context) error {
 	if err := g.Store.Ping(ctx); err != nil {
 		return err
 	}
+	if g.mismatch.Load() {
+		return errKeyMismatch
+	}
 	return g.check()
 }
 
 // sharedKey loads the owner key the replicas on one Redis share, installs
-// it in the handler and the store, and opens the gate.
+// it in the handler and the store, and opens the gate; then it keeps the
+// replicas on one key.
+//
+// Redis can lose the key with its data (a restart without persistence, a
+// FLUSHALL, a failover to an empty replica) while replicas keep using it
+// from memory; a replica started afterwards would create a new one, and
+// from then on a task created on one replica would be "not found" on the
+// other. So every interval (a quarter of the lease) each replica re-asserts
+// its key with SET NX GET: when the key is missing it writes its own back;
+// when Redis holds a different one, it adopts that one. The key in Redis
+// wins because it is the only point all replicas see: SET NX lets exactly
+// one writer set it after a loss, every replica converges on that value
+// within one interval with no further coordination, and a replica that
+// starts meanwhile reads the same value. (Keeping the oldest replica's key
+// instead would need the replicas to compare and elect, through the same
+// Redis that just lost its data.) In the common case the running replicas
+// all hold the same key and the first to re-assert writes it back, so
+// clients see no change at all.
 type sharedKey struct {
-	rdb     redis.UniversalClient
-	store   *taskstore.Redis
-	gate    *keyGate
-	timeout time.Duration
-	log     zerolog.Logger
+	rdb      redis.UniversalClient
+	store    *taskstore.Redis
+	gate     *keyGate
+	timeout  time.Duration
+	interval time.Duration // re-assert period; 0 means defaultKeyInterval
+	log      zerolog.Logger
+
+	key        []byte // the key in use; set by load, read and swapped by the loop only
+	mismatches prometheus.Counter
+	rewrites   prometheus.Counter
+}
+
+// defaultKeyInterval is sharedKey.interval when unset.
+const defaultKeyInterval = 5 * time.Second
+
+// register creates and registers the key's counters; without it they count
+// into unregistered collectors.
+func (k *sharedKey) register(reg prometheus.Registerer) {
+	k.mismatches = prometheus.NewCounter(prometheus.CounterOpts{Name: "taskgate_store_owner_key_mismatches_total",
+		Help: "Times this replica found in Redis a different shared owner key than the one it used (another replica wrote a new key after Redis lost its data) and adopted it, or an unreadable one."})
+	k.rewrites = prometheus.NewCounter(prometheus.CounterOpts{Name: "taskgate_store_owner_key_rewrites_total",
+		Help: "Times this replica found the shared owner key missing from Redis (Redis lost its data) and wrote its own back."})
+	reg.MustRegister(k.mismatches, k.rewrites)
+}
+
+func (k *sharedKey) counters() {
+	if k.mismatches == nil {
+		k.register(prometheus.NewRegistry())
+	}
 }
 
 // load makes one attempt.
 func (k *sharedKey) load(ctx context.Context, h *proxy.Handler) error {
+	k.counters()
 	ctx, cancel := context.WithTimeout(ctx, k.timeout)
 	defer cancel()
 	key, err := taskstore.SharedSecret(ctx, k.rdb, "", ownerKeyName)
 	if err != nil {
 		return err
 	}
-	h.SetOwnerKey(key)
-	if err := k.store.SetCursorKey(key); err != nil {
+	if err := k.install(h, key); err != nil {
 		return err
 	}
 	k.gate.ready.Store(true)
@@ -152,18 +203,82 @@ func (k *sharedKey) load(ctx context.Context, h *proxy.Handler) error {
 	return nil
 }
 
-// loop retries load until it succeeds or ctx ends.
+// install makes key the owner key of h and the store's cursor key.
+func (k *sharedKey) install(h *proxy.Handler, key []byte) error {
+	if err := k.store.SetCursorKey(key); err != nil {
+		return err
+	}
+	h.SetOwnerKey(key)
+	k.key = key
+	return nil
+}
+
+// reassert makes one check of the key in Redis against k.key (loaded
+// before): it writes k.key back when Redis has none, adopts the key Redis
+// has when it differs, and keeps the gate's mismatch flag (which fails
+// Ping, so /readyz/store) set from a mismatch until a later check finds
+// Redis and this replica agreeing. Transport errors change nothing: the
+// store probe reports those.
+func (k *sharedKey) reassert(ctx context.Context, h *proxy.Handler) error {
+	ctx, cancel := context.WithTimeout(ctx, k.timeout)
+	defer cancel()
+	stored, wrote, err := taskstore.AssertSharedSecret(ctx, k.rdb, "", ownerKeyName, k.key)
+	redisKey := taskstore.SharedSecretKey("", ownerKeyName)
+	switch {
+	case errors.Is(err, taskstore.ErrBadSharedSecret):
+		if !k.gate.mismatch.Swap(true) {
+			k.mismatches.Inc()
+			k.log.Error().Str("redis_key", redisKey).
+				Msg("owner key: the value in Redis is not a taskgate key; this replica keeps its own and reports the store not ready until the Redis key is deleted or fixed")
+		}
+		return err
+	case err != nil:
+		return err
+	case wrote:
+		k.rewrites.Inc()
+		k.log.Warn().Str("redis_key", redisKey).
+			Msg("owner key: missing from Redis, which lost its data (restarted without persistence, flushed, or failed over to an empty replica); wrote this replica's key back. Tasks stored before the loss are gone")
+	case !bytes.Equal(stored, k.key):
+		if err := k.install(h, stored); err != nil {
+			return err
+		}
+		k.gate.mismatch.Store(true)
+		k.mismatches.Inc()
+		k.log.Error().Str("redis_key", redisKey).
+			Msg("owner key: Redis holds a different key than this replica used (another replica wrote a new one after Redis lost its data); adopted it. Tasks this replica created with the old key since the loss are no longer found; the store reports not ready until the next check confirms the key")
+		return errKeyMismatch
+	}
+	if k.gate.mismatch.Swap(false) {
+		k.log.Info().Msg("owner key: this replica and Redis agree again")
+	}
+	return nil
+}
+
+// loop retries load until it succeeds, then re-asserts the key every
+// interval, until ctx ends.
 func (k *sharedKey) loop(ctx context.Context, h *proxy.Handler) {
-	for wait := time.Second; ; wait = min(2*wait, 10*time.Second) {
+	for wait := time.Second; !k.gate.ready.Load(); wait = min(2*wait, 10*time.Second) {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
 		}
-		if err := k.load(ctx, h); err == nil {
-			return
-		} else if ctx.Err() == nil {
+		if err := k.load(ctx, h); err != nil && ctx.Err() == nil {
 			k.log.Debug().Err(err).Dur("retry_in", wait).Msg("owner key: Redis not reachable yet")
+		}
+	}
+	interval := k.interval
+	if interval <= 0 {
+		interval = defaultKeyInterval
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = k.reassert(ctx, h)
 		}
 	}
 }
@@ -205,6 +320,8 @@ func (p *storeProbe) check(ctx context.Context) error {
 			kind = "auth"
 		case errors.Is(err, errKeyNotLoaded):
 			kind = "key"
+		case errors.Is(err, errKeyMismatch):
+			kind = "key mismatch"
 		}
 		if p.wasUp != 0 || kind != p.lastKind {
 			switch kind {
@@ -212,6 +329,8 @@ func (p *storeProbe) check(ctx context.Context) error {
 				p.log.Error().Err(err).Msg("task store: Redis refused the credentials in --redis (wrong password or user); task operations fail until the URL is fixed")
 			case "key":
 				p.log.Warn().Msg("task store: Redis answers, the shared owner key is not loaded yet; task operations fail until it is")
+			case "key mismatch":
+				p.log.Warn().Msg("task store: Redis answers, the shared owner key in Redis differed from this replica's; not ready until they agree")
 			default:
 				p.log.Warn().Err(err).Msg("task store not reachable; pass-through works, task operations fail until it is")
 			}
