@@ -123,6 +123,7 @@ type memTask struct {
 	created, updated         int64 // unix ms
 	ttl, poll                int64 // ms
 	tool, upID, runner, sess string
+	era                      string
 	score                    int64
 	lease                    int64 // deadline, unix ms
 	leaseIdx                 int   // index in the shard's lease heap, -1 when not in it
@@ -148,7 +149,7 @@ func (t *memTask) value() Task {
 		ID: t.id, Owner: t.owner, Status: t.status, StatusMessage: t.msg,
 		CreatedAt: time.UnixMilli(t.created), UpdatedAt: time.UnixMilli(t.updated),
 		TTL: time.Duration(t.ttl) * time.Millisecond, PollInterval: time.Duration(t.poll) * time.Millisecond,
-		Tool: t.tool, UpstreamID: t.upID, Runner: t.runner, Session: t.sess,
+		Tool: t.tool, UpstreamID: t.upID, Runner: t.runner, Session: t.sess, Era: t.era,
 	}
 }
 
@@ -316,7 +317,7 @@ func (e *Embedded) Create(_ context.Context, t *Task, opt CreateOptions) error {
 	mt := &memTask{
 		id: t.ID, owner: t.Owner, status: Working, msg: t.StatusMessage, created: now, updated: now,
 		ttl: ttl, poll: t.PollInterval.Milliseconds(), tool: t.Tool, upID: t.UpstreamID, runner: t.Runner,
-		sess: t.Session, score: score, lease: now + lease.Milliseconds(),
+		sess: t.Session, era: t.Era, score: score, lease: now + lease.Milliseconds(),
 	}
 	o.tasks[mt.id] = mt
 	o.index = append(o.index, mt)

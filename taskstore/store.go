@@ -70,6 +70,9 @@ type Task struct {
 	// [A-Za-z0-9_-] (a hex or base64url digest); it names the session's
 	// channel and sets, so it is never a raw Mcp-Session-Id.
 	Session string
+	// Era is the MCP wire revision of the request that created the task
+	// ("2025-11-25" or "2026-07-28"); "" when not recorded.
+	Era string
 }
 
 // ExpiresAt is CreatedAt + TTL: after it the task and its outcome are gone (T-30).
