@@ -346,4 +346,3 @@ func oneLine(s string, n int) string {
 	}
 	return s
 }
-
