@@ -7,6 +7,7 @@
 //	taskgate --upstream-command 'npx -y @modelcontextprotocol/server-memory' [flags]
 //	taskgate version | --version
 //	taskgate healthcheck [--admin-listen ADDR] [--path /readyz]
+//	taskgate tasks list|get ID|cancel ID [--json]
 //
 // Every flag can also be set through the environment variable named in
 // --help (TASKGATE_ + the flag in upper case with '-' as '_'); a flag given
@@ -324,12 +325,19 @@ func upstreamTLS(caFile string) (*tls.Config, error) {
 	return &tls.Config{RootCAs: pool}, nil
 }
 
+// logTimeFormat is the log lines' "time": RFC 3339 with milliseconds
+// (zerolog's default has whole seconds, too coarse to order the lines of
+// one request or to match them with traces).
+const logTimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
 // newLogger returns the process logger writing to w. Console output is
-// coloured only when isTTY (and NO_COLOR is unset).
+// coloured only when isTTY (and NO_COLOR is unset). It sets zerolog's
+// process-wide time format to logTimeFormat.
 func newLogger(o *options, w io.Writer, isTTY bool) zerolog.Logger {
+	zerolog.TimeFieldFormat = logTimeFormat
 	lvl, _ := zerolog.ParseLevel(o.logLevel)
 	if o.logFormat == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !isTTY || os.Getenv("NO_COLOR") != ""}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: logTimeFormat, NoColor: !isTTY || os.Getenv("NO_COLOR") != ""}
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
 }
@@ -425,6 +433,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "taskgate_log_lines_dropped_total",
 		Help: "Log lines dropped because the log output could not keep up (the next line written says how many)."},
 		func() float64 { return float64(lw.Dropped()) }))
+	metrics := newMetrics(reg)
 	upstream, upstreamName := o.upstream, o.upstream
 	var dial func(context.Context) (net.Conn, error)
 	var children *stdio.Server
@@ -464,7 +473,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		TaskBurst:         o.taskBurst,
 		NetIO:             !o.directIO,
 		UpstreamTLS:       upTLS,
-	}, pol, st.store, log, proxy.NewMetrics(reg))
+	}, pol, st.store, log, metrics)
 	if err != nil {
 		fmt.Fprintf(lw, "taskgate: %v\n", err)
 		return 2
@@ -569,6 +578,14 @@ wait:
 	stopBG()
 	log.Info().Msg("stopped")
 	return code
+}
+
+// newMetrics creates the proxy's collectors on reg, with the version set
+// at build time (-ldflags "-X main.version=...") in taskgate_build_info.
+func newMetrics(reg prometheus.Registerer) *proxy.Metrics {
+	m := proxy.NewMetrics(reg)
+	m.SetBuildVersion(strings.TrimPrefix(versionString(), "taskgate "))
+	return m
 }
 
 // newStdio sets up the stdio upstream of --upstream-command. Only the
