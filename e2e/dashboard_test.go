@@ -293,3 +293,74 @@ func TestDashboardCancelAcrossReplicas(t *testing.T) {
 		t.Errorf("POST /admin/v1/reload without --config = %d %s, want 409", code, body)
 	}
 }
+
+// POST /admin/v1/reload re-reads the policy file like SIGHUP: a valid file
+// applies to the next request, a broken one is refused with its error and
+// the previous policy stays; without the token nothing is reloaded.
+func TestAdminReloadPolicy(t *testing.T) {
+	t.Parallel()
+	up := startLegacy(t)
+	tok := filepath.Join(t.TempDir(), "admin-token")
+	if err := os.WriteFile(tok, []byte(adminToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pol := writePolicy(t, "rules:\n  - match: echo\n    taskSupport: optional\n")
+	gw := startTaskgate(t, up.URL, "--config", pol, "--admin-token-file", tok)
+	c := newRawClient(t, gw.URL)
+	c.initialize()
+	support := func() string {
+		var tl struct {
+			Tools []struct {
+				Name      string `json:"name"`
+				Execution struct {
+					TaskSupport string `json:"taskSupport"`
+				} `json:"execution"`
+			} `json:"tools"`
+		}
+		c.result("tools/list", nil, &tl)
+		for _, x := range tl.Tools {
+			if x.Name == "echo" {
+				return x.Execution.TaskSupport
+			}
+		}
+		return ""
+	}
+	if err := os.WriteFile(pol, []byte("rules:\n  - match: echo\n    taskSupport: forbidden\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Post(gw.Admin+"/admin/v1/reload", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 401 || support() != "optional" {
+		t.Errorf("reload without the token: HTTP %d, echo %q; want 401 and the old policy", resp.StatusCode, support())
+	}
+	if code, body := adminDo(t, gw, "POST", "/admin/v1/reload"); code != 200 || strings.TrimSpace(string(body)) != `{"reloaded":true}` {
+		t.Fatalf("reload = %d %s", code, body)
+	}
+	if s := support(); s != "forbidden" {
+		t.Errorf("echo after the reload answered: %q, want forbidden", s)
+	}
+	if err := os.WriteFile(pol, []byte("rules:\n  - match: echo\n    taskSupport: sometimes\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, body := adminDo(t, gw, "POST", "/admin/v1/reload")
+	if code != 422 || !strings.Contains(string(body), "sometimes") || !strings.Contains(string(body), "previous policy stays") {
+		t.Errorf("reload of a broken file = %d %s; want 422 naming the bad value", code, body)
+	}
+	if s := support(); s != "forbidden" {
+		t.Errorf("echo after a refused reload: %q, want forbidden (kept)", s)
+	}
+	resp, err = http.Get(gw.Admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`taskgate_policy_reloads_total{result="ok"} 1`, `taskgate_policy_reloads_total{result="error"} 1`} {
+		if !bytes.Contains(metrics, []byte(want)) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
