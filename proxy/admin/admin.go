@@ -44,6 +44,23 @@ const OperatorCancelMessage = "cancelled by an operator"
 // no policy file to reload; the API answers it with 409.
 var ErrNothingToReload = errors.New("no policy file to reload")
 
+// Log keys.
+const (
+	logTokenFP    = "token_fp"    // fingerprint of the admin token a request used
+	logPreviousFP = "previous_fp" // the token's fingerprint before a reload
+	logTaskID     = "task_id"
+	logOwner      = "owner" // the owner's keyed hash
+	logTool       = "tool"
+	logRunner     = "runner"
+	logMethod     = "method"
+	logPath       = "path"
+	logRemote     = "remote"
+	logStatus     = "status"
+	logDuration   = "dur_ms"
+	logTokenGiven = "token_given" // an Authorization header was sent (its content never is logged)
+	logReloaded   = "reloaded"
+)
+
 // requestTimeout bounds one API request's store operations.
 const requestTimeout = 10 * time.Second
 
@@ -141,7 +158,7 @@ func (s *Server) api(method string, h func(http.ResponseWriter, *http.Request, *
 		if !isBearer || !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="taskgate admin"`)
 			writeError(w, http.StatusUnauthorized, "unauthorized", "a valid admin token is required (Authorization: Bearer <token>)")
-			s.log.Warn().Str("method", r.Method).Str("path", r.URL.Path).Str("remote", r.RemoteAddr).
+			s.log.Warn().Str(logMethod, r.Method).Str(logPath, r.URL.Path).Str(logRemote, r.RemoteAddr).
 				Bool("token_given", auth != "").Msg("admin request refused: no or a wrong token")
 			return
 		}
@@ -157,11 +174,11 @@ func (s *Server) api(method string, h func(http.ResponseWriter, *http.Request, *
 		if r.Method == http.MethodGet {
 			ev = s.log.Debug() // reads are frequent (the dashboard refreshes); actions are always logged
 		}
-		ev = ev.Str("method", r.Method).Str("path", r.URL.Path).Int("status", sw.status).Str("token_fp", fp)
+		ev = ev.Str(logMethod, r.Method).Str(logPath, r.URL.Path).Int(logStatus, sw.status).Str(logTokenFP, fp)
 		if rl.task != "" {
-			ev = ev.Str("task_id", rl.task)
+			ev = ev.Str(logTaskID, rl.task)
 		}
-		ev.Dur("dur", time.Since(start)).Msg("admin request")
+		ev.Float64(logDuration, float64(time.Since(start).Microseconds())/1000).Msg("admin request")
 	}
 }
 

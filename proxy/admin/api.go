@@ -181,7 +181,7 @@ func (s *Server) cancel(w http.ResponseWriter, r *http.Request, rl *reqLog) {
 		storeError(w, err)
 		return
 	}
-	s.log.Info().Str("task_id", id).Str("owner", t.Owner).Str("tool", t.Tool).Str("runner", t.Runner).
+	s.log.Info().Str(logTaskID, id).Str(logOwner, t.Owner).Str(logTool, t.Tool).Str(logRunner, t.Runner).
 		Str("token_fp", rl.fp).Msg("task cancelled by an operator")
 	writeJSON(w, http.StatusOK, taskJSON(t))
 }
@@ -236,5 +236,5 @@ func (s *Server) reload(w http.ResponseWriter, _ *http.Request, rl *reqLog) {
 		// The policy file did not load: the previous policy stays.
 		writeJSON(w, http.StatusUnprocessableEntity, ReloadResult{Error: err.Error() + "; the previous policy stays", Code: "bad_policy"})
 	}
-	s.log.Info().Str("token_fp", rl.fp).Bool("reloaded", err == nil).Msg("policy reload requested through the admin API")
+	s.log.Info().Str(logTokenFP, rl.fp).Bool(logReloaded, err == nil).Msg("policy reload requested through the admin API")
 }

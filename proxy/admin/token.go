@@ -107,7 +107,7 @@ func (tf *tokenFile) refresh() {
 	if err != nil {
 		if tf.stamp != (fileStamp{}) {
 			tf.stamp = fileStamp{}
-			tf.log.Error().Err(err).Str("token_fp", tf.fp).Msg("admin token file unreadable; the last token read stays valid")
+			tf.log.Error().Err(err).Str(logTokenFP, tf.fp).Msg("admin token file unreadable; the last token read stays valid")
 		}
 		return
 	}
@@ -117,11 +117,11 @@ func (tf *tokenFile) refresh() {
 	}
 	old := tf.fp
 	if err := tf.load(s); err != nil {
-		tf.log.Error().Err(err).Str("token_fp", tf.fp).Msg("admin token file not reloaded; the last token read stays valid")
+		tf.log.Error().Err(err).Str(logTokenFP, tf.fp).Msg("admin token file not reloaded; the last token read stays valid")
 		return
 	}
 	if tf.fp != old {
-		tf.log.Info().Str("token_fp", tf.fp).Str("previous_fp", old).Msg("admin token reloaded")
+		tf.log.Info().Str(logTokenFP, tf.fp).Str(logPreviousFP, old).Msg("admin token reloaded")
 	}
 }
 
