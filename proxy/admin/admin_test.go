@@ -525,3 +525,42 @@ func TestDashboardPage(t *testing.T) {
 		t.Errorf("/admin led to %s, want a redirect to /admin/", resp.Request.URL.Path)
 	}
 }
+
+// The oldest-task gauge names at most 50 tools (the oldest); the rest, and
+// a tool literally named "other", share tool="other" with the oldest age
+// among them, so a scrape never fails on a duplicate series.
+func TestGaugeToolBound(t *testing.T) {
+	e := newEnv(t)
+	e.create(ownerA, "other", "r1") // the oldest of all
+	for i := range maxToolSeries + 2 {
+		e.create(ownerA, fmt.Sprintf("tool%02d", i), "r1")
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(NewCollector(e.store, e.clk.now, zerolog.Nop()))
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	series := map[string]float64{}
+	for _, f := range fams {
+		if f.GetName() != "taskgate_task_oldest_running_age_seconds" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			series[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+		}
+	}
+	if len(series) != maxToolSeries+1 {
+		t.Errorf("%d tool series, want %d named and other", len(series), maxToolSeries)
+	}
+	// Created 1 ms apart: "other" is 53 ms old, tool50 and tool51 are folded.
+	if got := series["other"]; got != 0.053 {
+		t.Errorf("other = %v, want 0.053 (the folded tool named other)", got)
+	}
+	if _, ok := series["tool50"]; ok {
+		t.Error("tool50 has its own series beyond the bound")
+	}
+	if got := series["tool00"]; got != 0.052 {
+		t.Errorf("tool00 = %v, want 0.052", got)
+	}
+}

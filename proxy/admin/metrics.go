@@ -97,12 +97,19 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ages = append(ages, toolAge{tool, at})
 	}
 	sort.Slice(ages, func(i, j int) bool { return ages[i].at.Before(ages[j].at) })
-	for i, a := range ages {
-		if i == maxToolSeries {
-			// ages is oldest first: "other" gets the oldest of the rest.
-			ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, max(now.Sub(a.at).Seconds(), 0), "other")
-			break
+	var other time.Time // the oldest of the folded tools; a tool named "other" is folded too
+	named := 0
+	for _, a := range ages {
+		if named == maxToolSeries || a.tool == "other" {
+			if other.IsZero() {
+				other = a.at // ages is oldest first
+			}
+			continue
 		}
+		named++
 		ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, max(now.Sub(a.at).Seconds(), 0), a.tool)
+	}
+	if !other.IsZero() {
+		ch <- prometheus.MustNewConstMetric(oldestDesc, prometheus.GaugeValue, max(now.Sub(other).Seconds(), 0), "other")
 	}
 }
