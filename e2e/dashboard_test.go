@@ -364,3 +364,44 @@ func TestAdminReloadPolicy(t *testing.T) {
 		}
 	}
 }
+
+// The admin API lists the tasks of both wire eras with their era, and an
+// operator's cancel reaches a 2026-07-28 client's task as well.
+func TestAdminTasksOfBothEras(t *testing.T) {
+	t.Parallel()
+	up := startLegacy(t)
+	tok := filepath.Join(t.TempDir(), "admin-token")
+	if err := os.WriteFile(tok, []byte(adminToken), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	gw := startTaskgate(t, up.URL, "--admin-token-file", tok, "--promote-window", "20ms")
+	old := newRawClient(t, gw.URL)
+	old.header.Set("Authorization", "Bearer carol-token")
+	old.initialize()
+	legacyTask := old.createTask("slow", map[string]any{"seconds": 300, "steps": 1}, nil)
+	modern := newModernClient(t, gw.URL, withTasks())
+	modern.header.Set("Authorization", "Bearer dave-token")
+	d := modern.call("slow", map[string]any{"seconds": 300, "steps": 1})
+	if d.TaskID == "" {
+		t.Fatalf("2026 call of slow did not become a task: %+v", d)
+	}
+	code, body := adminDo(t, gw, "GET", "/admin/v1/tasks?tool=slow")
+	var list struct{ Tasks []adminTask }
+	if err := json.Unmarshal(body, &list); code != 200 || err != nil {
+		t.Fatalf("list = %d %s", code, body)
+	}
+	eras := map[string]string{}
+	for _, tk := range list.Tasks {
+		eras[tk.TaskID] = tk.Era
+	}
+	if eras[legacyTask.TaskID] != "2025-11-25" || eras[d.TaskID] != "2026-07-28" {
+		t.Errorf("eras = %v; want %s 2025-11-25 and %s 2026-07-28", eras, legacyTask.TaskID, d.TaskID)
+	}
+	if code, body := adminDo(t, gw, "POST", "/admin/v1/tasks/"+d.TaskID+"/cancel"); code != 200 {
+		t.Fatalf("cancel of the 2026 task = %d %s", code, body)
+	}
+	got := modern.waitModern(d.TaskID, "cancelled", statusIs("cancelled"))
+	if got.StatusMessage != "cancelled by an operator" {
+		t.Errorf("2026 client's tasks/get after the cancel: %q, want cancelled by an operator", got.StatusMessage)
+	}
+}
