@@ -352,13 +352,25 @@ func TestAdminReloadPolicy(t *testing.T) {
 	if s := support(); s != "forbidden" {
 		t.Errorf("echo after a refused reload: %q, want forbidden (kept)", s)
 	}
+	// `taskgate reload`, the real binary, for images without a shell.
+	if err := os.WriteFile(pol, []byte("rules:\n  - match: echo\n    taskSupport: required\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(taskgateBin, "reload")
+	cmd.Env = append(os.Environ(), "TASKGATE_ADMIN_LISTEN="+strings.TrimPrefix(gw.Admin, "http://"), "TASKGATE_ADMIN_TOKEN_FILE="+tok)
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.Contains(string(out), "policy reloaded") {
+		t.Errorf("taskgate reload: %v %s", err, out)
+	}
+	if s := support(); s != "required" {
+		t.Errorf("echo after taskgate reload: %q, want required", s)
+	}
 	resp, err = http.Get(gw.Admin + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{`taskgate_policy_reloads_total{result="ok"} 1`, `taskgate_policy_reloads_total{result="error"} 1`} {
+	for _, want := range []string{`taskgate_policy_reloads_total{result="ok"} 2`, `taskgate_policy_reloads_total{result="error"} 1`} {
 		if !bytes.Contains(metrics, []byte(want)) {
 			t.Errorf("/metrics lacks %s", want)
 		}

@@ -8,6 +8,7 @@
 //	taskgate version | --version
 //	taskgate healthcheck [--admin-listen ADDR] [--path /readyz]
 //	taskgate tasks list|get ID|cancel ID [--json]
+//	taskgate reload
 //
 // Every flag can also be set through the environment variable named in
 // --help (TASKGATE_ + the flag in upper case with '-' as '_'); a flag given
@@ -370,6 +371,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return healthcheck(args[1:], stdout, stderr, os.Getenv)
 		case "tasks":
 			return tasksCommand(args[1:], stdout, stderr, os.Getenv)
+		case "reload":
+			return reloadCommand(args[1:], stdout, stderr, os.Getenv)
 		}
 	}
 	o, err := parseArgs(args, stdout, os.Getenv)

@@ -46,8 +46,9 @@ refused, admin API off, bad filter); 2 bad usage or unreadable token file;
 Flags:
 `
 
-// tasksCLI is one `taskgate tasks` invocation.
+// tasksCLI is one `taskgate tasks` (or `taskgate reload`) invocation.
 type tasksCLI struct {
+	prog           string // "taskgate tasks" or "taskgate reload", for messages
 	stdout, stderr io.Writer
 	base           string // http://host:port
 	token          string
@@ -77,22 +78,51 @@ func tasksCommand(args []string, stdout, stderr io.Writer, getenv func(string) s
 		fmt.Fprintf(stderr, "taskgate tasks: unknown subcommand %q: want list, get or cancel (taskgate tasks --help)\n", sub)
 		return tasksUsage
 	}
-	c := &tasksCLI{stdout: stdout, stderr: stderr}
+	return adminCommand("taskgate tasks", sub, args[1:], stdout, stderr, getenv)
+}
+
+// reloadUsageText is `taskgate reload --help`.
+const reloadUsageText = `Usage: taskgate reload [--admin-listen ADDR] [--admin-token-file FILE] [--json]
+
+Asks a running taskgate to re-read its --config policy file, as SIGHUP does
+(POST /admin/v1/reload of the admin API): for images without a shell or
+kill. A file that does not load is refused and the previous policy stays.
+Exit status: 0 reloaded; 1 refused (the file does not load, no --config,
+token refused, admin API off); 2 bad usage or unreadable token file; 3 the
+admin server cannot be reached.
+
+Flags:
+`
+
+// reloadCommand runs `taskgate reload ...`.
+func reloadCommand(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	return adminCommand("taskgate reload", "reload", args, stdout, stderr, getenv)
+}
+
+// adminCommand runs subcommand sub of prog against the admin API: its
+// flags (after or between positional arguments), the admin address and
+// token from flags or TASKGATE_* variables, then the request.
+func adminCommand(prog, sub string, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
+	c := &tasksCLI{prog: prog, stdout: stdout, stderr: stderr}
 	var addr, tokenFile string
 	var lf listFlags
 	fs, set := tasksFlags(sub, c, &addr, &tokenFile, &lf)
-	pos, err := parseInterleaved(fs, args[1:])
+	pos, err := parseInterleaved(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stdout, tasksUsageText)
+		if sub == "reload" {
+			fmt.Fprint(stdout, reloadUsageText)
+		} else {
+			fmt.Fprint(stdout, tasksUsageText)
+		}
 		fs.SetOutput(stdout)
 		fs.PrintDefaults()
 		return tasksOK
 	}
 	if err == nil {
 		switch {
-		case sub == "list" && len(pos) > 0:
+		case (sub == "list" || sub == "reload") && len(pos) > 0:
 			err = fmt.Errorf("unexpected argument %q", pos[0])
-		case sub != "list" && len(pos) != 1:
+		case (sub == "get" || sub == "cancel") && len(pos) != 1:
 			err = fmt.Errorf("%s takes one task id, got %d arguments", sub, len(pos))
 		}
 	}
@@ -121,7 +151,11 @@ func tasksCommand(args []string, stdout, stderr io.Writer, getenv func(string) s
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "taskgate tasks %s: %v\n", sub, err)
+		name := prog + " " + sub // "taskgate tasks get"
+		if sub == "reload" {
+			name = prog
+		}
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return tasksUsage
 	}
 	c.base = adminBaseURL(addr)
@@ -130,6 +164,8 @@ func tasksCommand(args []string, stdout, stderr io.Writer, getenv func(string) s
 		return c.list(lf)
 	case "get":
 		return c.get(pos[0])
+	case "reload":
+		return c.reload()
 	default:
 		return c.cancel(pos[0])
 	}
@@ -144,7 +180,7 @@ type listFlags struct {
 
 // tasksFlags defines the flags of subcommand sub ("" = all, for --help).
 func tasksFlags(sub string, c *tasksCLI, addr, tokenFile *string, lf *listFlags) (*flag.FlagSet, map[string]bool) {
-	fs := flag.NewFlagSet("taskgate tasks "+sub, flag.ContinueOnError)
+	fs := flag.NewFlagSet("taskgate "+sub, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.StringVar(addr, "admin-listen", defaultAdminListen, "the taskgate admin address [TASKGATE_ADMIN_LISTEN]")
 	fs.StringVar(tokenFile, "admin-token-file", "", "file holding the admin token [TASKGATE_ADMIN_TOKEN_FILE]")
@@ -197,19 +233,19 @@ func (c *tasksCLI) call(method, path string, out any) (body []byte, code int) {
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, nil)
 	if err != nil {
-		fmt.Fprintf(c.stderr, "taskgate tasks: %v\n", err)
+		fmt.Fprintf(c.stderr, "%s: %v\n", c.prog, err)
 		return nil, tasksUsage
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		fmt.Fprintf(c.stderr, "taskgate tasks: cannot reach the admin server at %s: %v\n", c.base, err)
+		fmt.Fprintf(c.stderr, "%s: cannot reach the admin server at %s: %v\n", c.prog, c.base, err)
 		return nil, tasksUnreachable
 	}
 	defer resp.Body.Close()
 	body, err = io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		fmt.Fprintf(c.stderr, "taskgate tasks: reading the answer of %s: %v\n", c.base, err)
+		fmt.Fprintf(c.stderr, "%s: reading the answer of %s: %v\n", c.prog, c.base, err)
 		return nil, tasksUnreachable
 	}
 	if resp.StatusCode != http.StatusOK {
@@ -217,14 +253,14 @@ func (c *tasksCLI) call(method, path string, out any) (body []byte, code int) {
 		if json.Unmarshal(body, &e) != nil || e.Error == "" {
 			e.Error = strings.TrimSpace(string(body))
 		}
-		fmt.Fprintf(c.stderr, "taskgate tasks: %s (HTTP %d)\n", e.Error, resp.StatusCode)
+		fmt.Fprintf(c.stderr, "%s: %s (HTTP %d)\n", c.prog, e.Error, resp.StatusCode)
 		if resp.StatusCode >= 500 {
 			return nil, tasksUnreachable
 		}
 		return nil, tasksRefused
 	}
 	if err := json.Unmarshal(body, out); err != nil {
-		fmt.Fprintf(c.stderr, "taskgate tasks: %s answered something that is not the admin API's JSON: %v\n", c.base, err)
+		fmt.Fprintf(c.stderr, "%s: %s answered something that is not the admin API's JSON: %v\n", c.prog, c.base, err)
 		return nil, tasksUnreachable
 	}
 	return body, tasksOK
@@ -299,6 +335,20 @@ func (c *tasksCLI) cancel(id string) int {
 		return tasksOK
 	}
 	fmt.Fprintf(c.stdout, "task %s %s: %s\n", t.TaskID, t.Status, t.StatusMessage)
+	return tasksOK
+}
+
+func (c *tasksCLI) reload() int {
+	var r admin.ReloadResult
+	body, code := c.call(http.MethodPost, "/admin/v1/reload", &r)
+	if code != tasksOK {
+		return code
+	}
+	if c.json {
+		c.stdout.Write(body)
+		return tasksOK
+	}
+	fmt.Fprintln(c.stdout, "policy reloaded; requests from now on use it")
 	return tasksOK
 }
 

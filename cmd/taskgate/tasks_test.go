@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"io"
 	"net"
 	"net/http/httptest"
 	"os"
@@ -29,6 +31,12 @@ type adminFixture struct {
 
 func newAdminFixture(t *testing.T) *adminFixture {
 	t.Helper()
+	return newAdminFixtureReload(t, nil)
+}
+
+// newAdminFixtureReload is newAdminFixture whose policy reload is reload.
+func newAdminFixtureReload(t *testing.T, reload func() error) *adminFixture {
+	t.Helper()
 	st, closeStore, err := taskstore.NewEmbedded(taskstore.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -40,7 +48,7 @@ func newAdminFixture(t *testing.T) *adminFixture {
 	s, err := admin.New(admin.Config{TokenFile: tok, Store: st,
 		Cancel: func(ctx context.Context, owner, id, msg string) (*taskstore.Task, error) {
 			return st.Cancel(ctx, owner, id, msg)
-		}}, zerolog.Nop())
+		}, Reload: reload}, zerolog.Nop())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,5 +203,37 @@ func TestTasksHelp(t *testing.T) {
 	code, out, _ := runTasks("--help")
 	if code != 0 || !strings.Contains(out, "Exit status: 0 done; 1 refused") || !strings.Contains(out, "-older-than") {
 		t.Errorf("taskgate tasks --help = %d\n%s", code, out)
+	}
+}
+
+// `taskgate reload` asks the admin API to reload the policy: 0 when it
+// did, 1 with the reason when the file was refused or there is none.
+func TestReloadCLI(t *testing.T) {
+	var result error
+	f := newAdminFixtureReload(t, func() error { return result })
+	getenv := func(k string) string {
+		return map[string]string{"TASKGATE_ADMIN_LISTEN": f.addr, "TASKGATE_ADMIN_TOKEN_FILE": f.tokenFile}[k]
+	}
+	cli := func(args ...string) (int, string, string) {
+		var out, errb bytes.Buffer
+		code := reloadCommand(args, &out, &errb, getenv)
+		return code, out.String(), errb.String()
+	}
+	if code, out, errOut := cli(); code != 0 || !strings.Contains(out, "policy reloaded") {
+		t.Errorf("taskgate reload = %d %q %q", code, out, errOut)
+	}
+	if code, out, _ := cli("--json"); code != 0 || strings.TrimSpace(out) != `{"reloaded":true}` {
+		t.Errorf("taskgate reload --json = %d %q", code, out)
+	}
+	result = errors.New("policy.yaml:2: taskSupport \"sometimes\"")
+	if code, _, errOut := cli(); code != tasksRefused || !strings.Contains(errOut, "taskgate reload: policy.yaml:2") || !strings.Contains(errOut, "HTTP 422") {
+		t.Errorf("taskgate reload of a bad file = %d %q, want 1 naming the file", code, errOut)
+	}
+	if code, _, errOut := cli("extra"); code != tasksUsage || !strings.Contains(errOut, "taskgate reload: unexpected argument") {
+		t.Errorf("taskgate reload extra = %d %q, want 2", code, errOut)
+	}
+	var out bytes.Buffer
+	if code := run([]string{"reload", "--help"}, &out, io.Discard); code != 0 || !strings.Contains(out.String(), "Usage: taskgate reload") {
+		t.Errorf("taskgate reload --help = %d %q", code, out.String())
 	}
 }
