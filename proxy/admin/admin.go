@@ -88,7 +88,10 @@ type Server struct {
 	cfg   Config
 	token *tokenFile // nil: the API is off
 	log   zerolog.Logger
-	mux   *http.ServeMux
+	// refusedLog logs refused requests, at most 10 lines a minute: a
+	// scanner must not flood the log.
+	refusedLog zerolog.Logger
+	mux        *http.ServeMux
 }
 
 // New checks cfg and reads the token file once: a missing, unreadable or
@@ -98,6 +101,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		cfg.Now = time.Now
 	}
 	s := &Server{cfg: cfg, log: log.With().Str("component", "admin").Logger(), mux: http.NewServeMux()}
+	s.refusedLog = s.log.Sample(&zerolog.BurstSampler{Burst: 10, Period: time.Minute})
 	if cfg.TokenFile != "" {
 		if cfg.Store == nil || cfg.Cancel == nil {
 			return nil, errors.New("admin: Store and Cancel are required with a token file")
@@ -158,8 +162,8 @@ func (s *Server) api(method string, h func(http.ResponseWriter, *http.Request, *
 		if !isBearer || !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="taskgate admin"`)
 			writeError(w, http.StatusUnauthorized, "unauthorized", "a valid admin token is required (Authorization: Bearer <token>)")
-			s.log.Warn().Str(logMethod, r.Method).Str(logPath, r.URL.Path).Str(logRemote, r.RemoteAddr).
-				Bool("token_given", auth != "").Msg("admin request refused: no or a wrong token")
+			s.refusedLog.Warn().Str(logMethod, r.Method).Str(logPath, r.URL.Path).Str(logRemote, r.RemoteAddr).
+				Bool(logTokenGiven, auth != "").Msg("admin request refused: no or a wrong token")
 			return
 		}
 		sw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
