@@ -203,6 +203,19 @@ func (p *Policy) RetriesRequested() bool {
 	return false
 }
 
+// Patterns returns the rules' patterns in file order, as written: the
+// values RuleFor can return.
+func (p *Policy) Patterns() []string {
+	if p == nil {
+		return nil
+	}
+	out := make([]string, len(p.rules))
+	for i := range p.rules {
+		out[i] = p.rules[i].pattern
+	}
+	return out
+}
+
 // RuleFor returns the pattern of the first rule matching tool, as written
 // in the file, or "" when none does (Defaults apply). The patterns are a
 // bounded set: metrics use them as labels instead of client-chosen tool

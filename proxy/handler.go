@@ -212,6 +212,7 @@ type Handler struct {
 func (h *Handler) SetPolicy(pol *policy.Policy) {
 	if pol != nil {
 		h.pol.Store(pol)
+		h.m.zeroTools(pol.Patterns())
 	}
 }
 
@@ -264,6 +265,7 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 		mcpPath: up.Path(),
 	}
 	h.pol.Store(pol)
+	m.zeroTools(pol.Patterns())
 	h.SetOwnerKey(cfg.OwnerKey)
 	if len(cfg.AllowedOrigins) > 0 {
 		h.origins = make(map[string]bool, len(cfg.AllowedOrigins))

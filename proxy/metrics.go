@@ -132,15 +132,69 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "taskgate_tasks_running",
 		Help: "Background task calls running in this process.",
 	}, func() float64 { return float64(m.runningNow.Load()) })
+	// A module version only when built as a versioned module (go install
+	// module@v1.2.3); a build from a source tree reports "(devel)", so the
+	// command passes its own version (-ldflags -X) to SetBuildVersion.
 	version := "devel"
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		version = bi.Main.Version
 	}
-	m.buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
+	m.SetBuildVersion(version)
+	m.zeroCounters()
 	if reg != nil {
 		reg.MustRegister(m.collectors()...)
 	}
 	return m
+}
+
+// Label values whose counters exist from the start, at 0: a series that
+// appears with its first increment is invisible to increase() and rate()
+// for that increment, so the first error after a restart would raise no
+// alert.
+var (
+	// zeroTaskEvents are taskgate_tasks_total's events.
+	zeroTaskEvents = []string{"created", "completed", "failed", "cancelled", "lost", "expired", "dropped", "refused", "rate_limited", "lookup_miss"}
+	// zeroStoreOps are the operations taskgate_store_errors_total counts
+	// (the engine's metered store).
+	zeroStoreOps = []string{"create", "get", "finish", "cancel", "outcome", "list", "renew", "recover", "enqueue", "drain",
+		"answer", "add_input", "inputs", "answer_inputs"}
+	// zeroOutcomes are the request outcomes worth an alert (and ok, the
+	// denominator), created for every method label.
+	zeroOutcomes = []string{"ok", "rpc_error", "upstream_unreachable", "upstream_error", "store_unavailable"}
+)
+
+// zeroCounters creates the counters of the fixed label values at 0.
+func (m *Metrics) zeroCounters() {
+	for _, op := range zeroStoreOps {
+		m.storeErrs.WithLabelValues(op)
+	}
+	labels := []string{metricNoMethod, metricBatch, metricGetStream, "other"}
+	for i := range methods {
+		labels = append(labels, methods[i].metric)
+	}
+	for _, l := range labels {
+		for _, o := range zeroOutcomes {
+			m.requests.WithLabelValues(l, o)
+		}
+	}
+	m.zeroTools(nil)
+}
+
+// zeroTools creates taskgate_tasks_total at 0 for every event of the tool
+// labels other, none and each policy pattern.
+func (m *Metrics) zeroTools(patterns []string) {
+	for _, tool := range append([]string{"other", "none"}, patterns...) {
+		for _, ev := range zeroTaskEvents {
+			m.tasks.WithLabelValues(ev, tool)
+		}
+	}
+}
+
+// SetBuildVersion sets the version label of taskgate_build_info (one
+// series: the previous one is removed).
+func (m *Metrics) SetBuildVersion(version string) {
+	m.buildInfo.Reset()
+	m.buildInfo.WithLabelValues(version, runtime.Version()).Set(1)
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {

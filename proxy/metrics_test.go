@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -129,5 +130,51 @@ func TestMetricsHelpMatchesEmitted(t *testing.T) {
 		if !found {
 			t.Errorf("%s not emitted", name)
 		}
+	}
+}
+
+// Counters an alert watches exist at 0 from the start (increase() misses
+// the first increment of a series that appears with it), and the build
+// version is the one the command passes.
+func TestMetricsPresentAtStart(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := NewMetrics(reg)
+	m.SetBuildVersion("v9.9.9-test")
+	want := map[string]bool{
+		`taskgate_store_errors_total{op="create"}`:                                         false,
+		`taskgate_store_errors_total{op="renew"}`:                                          false,
+		`taskgate_requests_total{method="tools/call",outcome="upstream_unreachable"}`:      false,
+		`taskgate_requests_total{method="tasks/result",outcome="store_unavailable"}`:       false,
+		`taskgate_tasks_total{event="failed",tool="other"}`:                                false,
+		`taskgate_tasks_total{event="lost",tool="other"}`:                                  false,
+		`taskgate_build_info{goversion="` + runtime.Version() + `",version="v9.9.9-test"}`: false,
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	builds := 0
+	for _, f := range fams {
+		for _, s := range f.GetMetric() {
+			var labels []string
+			for _, l := range s.GetLabel() {
+				labels = append(labels, l.GetName()+`="`+l.GetValue()+`"`)
+			}
+			key := f.GetName() + "{" + strings.Join(labels, ",") + "}"
+			if _, ok := want[key]; ok {
+				want[key] = true
+			}
+			if f.GetName() == "taskgate_build_info" {
+				builds++
+			}
+		}
+	}
+	for k, found := range want {
+		if !found {
+			t.Errorf("%s not present at start", k)
+		}
+	}
+	if builds != 1 {
+		t.Errorf("taskgate_build_info has %d series, want 1", builds)
 	}
 }

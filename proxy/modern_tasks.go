@@ -64,6 +64,7 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 		Tool:         tool,
 		UpstreamID:   `"` + upstreamIDPrefix + upNonce + `"`,
 		Runner:       h.cfg.ProcessID,
+		Era:          wire2026.ProtocolVersion,
 	}
 	info.taskID = id
 

@@ -173,6 +173,7 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 		UpstreamID:   `"` + upstreamIDPrefix + upNonce + `"`,
 		Runner:       h.cfg.ProcessID,
 		Session:      group,
+		Era:          "2025-11-25",
 	}
 	info.taskID = id
 
@@ -819,3 +820,13 @@ func parseResultEventID(s string) (taskID string, rpcID []byte, ok bool) {
 // for its end (engine.Config.HoldYoung; it waits up to pollStart): the
 // time the reported pollInterval stays near pollStart.
 const holdYoungFor = pollGrowth * pollStart
+
+// CancelTask cancels owner's unfinished task id for an operator, exactly
+// as the owner's own tasks/cancel does: the store records the cancel with
+// statusMessage msg, which wakes the task's runner on whichever replica
+// runs the call, and a call running in this process is aborted at once.
+// taskstore.ErrTerminal when the task already finished, ErrNotFound when
+// there is no such task.
+func (h *Handler) CancelTask(ctx context.Context, owner, id, msg string) (*taskstore.Task, error) {
+	return h.eng.Cancel(ctx, owner, id, msg, true)
+}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"regexp"
@@ -1051,5 +1052,32 @@ func TestBackgroundConnectionsReused(t *testing.T) {
 	pollUntil(t, 5*time.Second, func() bool { return e.h.Running() == 0 }, "the runner to end")
 	if _, n := e.h.idleConns(); n != 0 {
 		t.Errorf("idle background connections after an aborted call = %d, want 0", n)
+	}
+}
+
+// An operator's cancel (CancelTask) on another replica than the one
+// running the call does what the owner's tasks/cancel does: the task is
+// cancelled with the operator's message, which the owner then reads, and
+// the runner aborts the upstream call. The task records its wire era.
+func TestCancelTaskOnAnotherReplica(t *testing.T) {
+	e := newTaskEnv(t, "", Config{})
+	other := e.replica(Config{})
+	task := e.createTask(alice, "block", `{}`, `{}`)
+	pollUntil(t, 5*time.Second, func() bool { return e.up.toolCalls() == 1 }, "the upstream call")
+	owner, _ := e.h.owner(headerOf(alice))
+	ctx := context.Background()
+	if st, err := e.store.Get(ctx, owner, task.TaskID); err != nil || st.Era != "2025-11-25" {
+		t.Errorf("stored task = %+v, %v; want era 2025-11-25", st, err)
+	}
+	got, err := other.h.CancelTask(ctx, owner, task.TaskID, "cancelled by an operator")
+	if err != nil || got.Status != taskstore.Cancelled {
+		t.Fatalf("CancelTask = %+v, %v", got, err)
+	}
+	pollUntil(t, 5*time.Second, func() bool { _, c, _ := e.up.snapshot(); return len(c) == 1 }, "the upstream cancel from the running replica")
+	if w, _ := e.get(alice, task.TaskID); w.Status != "cancelled" || w.StatusMessage != "cancelled by an operator" {
+		t.Errorf("the owner's tasks/get = %s %q, want cancelled by an operator", w.Status, w.StatusMessage)
+	}
+	if _, err := other.h.CancelTask(ctx, owner, task.TaskID, "again"); !errors.Is(err, taskstore.ErrTerminal) {
+		t.Errorf("second CancelTask: %v, want ErrTerminal", err)
 	}
 }

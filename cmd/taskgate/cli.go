@@ -65,8 +65,10 @@ func envValueError(f *flag.Flag, v string, err error) error {
 func printUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "%s: MCP tasks for MCP servers that lack them.\n\n", versionString())
 	fmt.Fprintf(w, "Usage:\n  taskgate --upstream URL [flags]\n  taskgate --upstream-command 'PROGRAM ARGS...' [flags]\n  taskgate version | --version\n"+
-		"  taskgate healthcheck [--admin-listen ADDR] [--path /healthz|/readyz|/readyz/store]\n\n"+
-		"On SIGHUP taskgate reloads --config (a policy file with an error is refused and the\n"+
+		"  taskgate healthcheck [--admin-listen ADDR] [--path /healthz|/readyz|/readyz/store]\n"+
+		"  taskgate tasks list|get ID|cancel ID [flags]   (operators; taskgate tasks --help)\n"+
+		"  taskgate reload [--admin-listen ADDR]          (re-read --config in a running taskgate)\n\n"+
+		"On SIGHUP (or POST /admin/v1/reload) taskgate reloads --config (a policy file with an error is refused and the\n"+
 		"previous policy kept); on SIGTERM or SIGINT it shuts down gracefully.\n"+
 		"Exit status: 0 done, 1 a failure while running (e.g. a port in use), 2 a bad flag or value.\n\n"+
 		"Flags (each also settable as the environment variable shown):\n")

@@ -9,11 +9,13 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
 
@@ -317,5 +319,48 @@ func TestListenInUseExits1(t *testing.T) {
 	if code := run([]string{"--upstream", "http://127.0.0.1:1/mcp", "--listen", l.Addr().String(), "--admin-listen", ""}, io.Discard, &stderr); code != 1 ||
 		!strings.Contains(stderr.String(), "address already in use") {
 		t.Errorf("--listen on a port in use: exit %d, %q; want 1 saying the address is in use", code, stderr.String())
+	}
+}
+
+// Log lines carry their time with milliseconds, in JSON and console format.
+func TestLogTimeMilliseconds(t *testing.T) {
+	ms := regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}(Z|[+-]\d\d:\d\d)`)
+	for _, format := range []string{"json", "console"} {
+		var buf bytes.Buffer
+		l := newLogger(&options{logLevel: "info", logFormat: format}, &buf, false)
+		l.Info().Msg("hello")
+		if !ms.MatchString(buf.String()) {
+			t.Errorf("%s log line %q: no time with milliseconds", format, buf.String())
+		}
+	}
+}
+
+// taskgate_build_info shows the version set with -ldflags -X main.version,
+// not the module's "(devel)".
+func TestBuildInfoVersion(t *testing.T) {
+	old := version
+	version = "v1.2.3-test"
+	t.Cleanup(func() { version = old })
+	reg := prometheus.NewRegistry()
+	newMetrics(reg)
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, f := range fams {
+		if f.GetName() != "taskgate_build_info" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "version" {
+					got = append(got, l.GetValue())
+				}
+			}
+		}
+	}
+	if len(got) != 1 || got[0] != "v1.2.3-test" {
+		t.Errorf("taskgate_build_info versions = %v, want [v1.2.3-test]", got)
 	}
 }

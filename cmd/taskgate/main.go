@@ -7,6 +7,8 @@
 //	taskgate --upstream-command 'npx -y @modelcontextprotocol/server-memory' [flags]
 //	taskgate version | --version
 //	taskgate healthcheck [--admin-listen ADDR] [--path /readyz]
+//	taskgate tasks list|get ID|cancel ID [--json]
+//	taskgate reload
 //
 // Every flag can also be set through the environment variable named in
 // --help (TASKGATE_ + the flag in upper case with '-' as '_'); a flag given
@@ -40,6 +42,7 @@ import (
 
 	"github.com/taskgate/taskgate/policy"
 	"github.com/taskgate/taskgate/proxy"
+	"github.com/taskgate/taskgate/proxy/admin"
 	"github.com/taskgate/taskgate/proxy/sched"
 	"github.com/taskgate/taskgate/proxy/stdio"
 	"github.com/taskgate/taskgate/proxy/sysconn"
@@ -77,6 +80,7 @@ func main() {
 // options are the parsed flags.
 type options struct {
 	listen, upstream, redisURL, configPath, adminListen string
+	adminTokenFile                                      string
 	upstreamCA                                          string
 	logLevel, logFormat                                 string
 	ownerKey, allowedOrigins                            string
@@ -142,6 +146,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.redisURL, "redis", "", "task store: redis://, rediss://, redis+cluster:// or redis+sentinel:// URL; empty = embedded in-process store (single process only)")
 	fs.StringVar(&o.configPath, "config", "", "policy file (YAML); empty = defaults (every tool optional)")
 	fs.StringVar(&o.adminListen, "admin-listen", defaultAdminListen, "address of /healthz, /readyz, /readyz/store and /metrics; empty disables")
+	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "file holding the bearer token of the admin task API, the `taskgate tasks` CLI and the dashboard (/admin/ on --admin-listen); re-read when it changes (a Secret's symlink swap included); empty = they are off (404)")
 	fs.StringVar(&o.logLevel, "log-level", defaultLogLevel, "log level: debug, info, warn, error")
 	fs.StringVar(&o.logFormat, "log-format", defaultLogFormat, "log format: json or console")
 	fs.StringVar(&o.ownerKey, "owner-key", "", "secret (>= 16 bytes) keying task owners and list cursors; empty = with --redis, a key created once in Redis and shared by every taskgate on it; without --redis, random per process")
@@ -237,6 +242,9 @@ func (o *options) validate() error {
 			return err
 		}
 	}
+	if o.adminTokenFile != "" && o.adminListen == "" {
+		return errors.New("--admin-token-file needs --admin-listen: the admin API is served there")
+	}
 	if o.redisURL != "" {
 		if err := checkRedisURL(o.redisURL); err != nil {
 			return err
@@ -318,12 +326,19 @@ func upstreamTLS(caFile string) (*tls.Config, error) {
 	return &tls.Config{RootCAs: pool}, nil
 }
 
+// logTimeFormat is the log lines' "time": RFC 3339 with milliseconds
+// (zerolog's default has whole seconds, too coarse to order the lines of
+// one request or to match them with traces).
+const logTimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
 // newLogger returns the process logger writing to w. Console output is
-// coloured only when isTTY (and NO_COLOR is unset).
+// coloured only when isTTY (and NO_COLOR is unset). It sets zerolog's
+// process-wide time format to logTimeFormat.
 func newLogger(o *options, w io.Writer, isTTY bool) zerolog.Logger {
+	zerolog.TimeFieldFormat = logTimeFormat
 	lvl, _ := zerolog.ParseLevel(o.logLevel)
 	if o.logFormat == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339, NoColor: !isTTY || os.Getenv("NO_COLOR") != ""}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: logTimeFormat, NoColor: !isTTY || os.Getenv("NO_COLOR") != ""}
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
 }
@@ -354,6 +369,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 0
 		case "healthcheck":
 			return healthcheck(args[1:], stdout, stderr, os.Getenv)
+		case "tasks":
+			return tasksCommand(args[1:], stdout, stderr, os.Getenv)
+		case "reload":
+			return reloadCommand(args[1:], stdout, stderr, os.Getenv)
 		}
 	}
 	o, err := parseArgs(args, stdout, os.Getenv)
@@ -417,6 +436,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "taskgate_log_lines_dropped_total",
 		Help: "Log lines dropped because the log output could not keep up (the next line written says how many)."},
 		func() float64 { return float64(lw.Dropped()) }))
+	metrics := newMetrics(reg)
 	upstream, upstreamName := o.upstream, o.upstream
 	var dial func(context.Context) (net.Conn, error)
 	var children *stdio.Server
@@ -456,7 +476,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		TaskBurst:         o.taskBurst,
 		NetIO:             !o.directIO,
 		UpstreamTLS:       upTLS,
-	}, pol, st.store, log, proxy.NewMetrics(reg))
+	}, pol, st.store, log, metrics)
 	if err != nil {
 		fmt.Fprintf(lw, "taskgate: %v\n", err)
 		return 2
@@ -479,6 +499,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	_ = probe.check(bgCtx)
 	go probe.loop(bgCtx, 5*time.Second)
 	reloader := newPolicyReloader(reg, o.configPath, h, log)
+	api, err := newAdminAPI(o, st, h, reloader, reg, log)
+	if err != nil {
+		fmt.Fprintf(lw, "taskgate: %v\n", err)
+		return 2
+	}
 
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
@@ -504,7 +529,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		// bytes; the handler logs only their kind (ErrorHandler).
 		SecureErrorLogMessage: true,
 	}
-	var admin *http.Server
+	var adminSrv *http.Server
 	if o.adminListen != "" {
 		aln, err := net.Listen("tcp", o.adminListen)
 		if err != nil {
@@ -512,8 +537,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(lw, "taskgate: --admin-listen %s: %v\n", o.adminListen, err)
 			return listenExit(err)
 		}
-		admin = &http.Server{Handler: adminMux(reg, st.store, h), ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = admin.Serve(aln) }()
+		adminSrv = &http.Server{Handler: adminMux(reg, st.store, h, api), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = adminSrv.Serve(aln) }()
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
@@ -528,7 +553,7 @@ wait:
 	for {
 		select {
 		case <-hup:
-			reloader.reload()
+			_ = reloader.reload("SIGHUP")
 		case s := <-sig:
 			log.Info().Str("signal", s.String()).Dur("grace", o.shutdownGrace).Msg("shutting down")
 			break wait
@@ -552,12 +577,20 @@ wait:
 	}()
 	_ = h.Close(ctx)
 	<-done
-	if admin != nil {
-		_ = admin.Close()
+	if adminSrv != nil {
+		_ = adminSrv.Close()
 	}
 	stopBG()
 	log.Info().Msg("stopped")
 	return code
+}
+
+// newMetrics creates the proxy's collectors on reg, with the version set
+// at build time (-ldflags "-X main.version=...") in taskgate_build_info.
+func newMetrics(reg prometheus.Registerer) *proxy.Metrics {
+	m := proxy.NewMetrics(reg)
+	m.SetBuildVersion(strings.TrimPrefix(versionString(), "taskgate "))
+	return m
 }
 
 // newStdio sets up the stdio upstream of --upstream-command. Only the
@@ -614,6 +647,7 @@ func storeName(o *options) string {
 // openedStore is the task store openStore connected.
 type openedStore struct {
 	store taskstore.Store
+	admin taskstore.Admin       // the store's operator view; nil when it has none
 	rdb   redis.UniversalClient // nil for the embedded store
 	key   *sharedKey            // non-nil: the owner key is to be read from Redis
 	close func()
@@ -636,7 +670,7 @@ func openStore(o *options, log zerolog.Logger) (*openedStore, error) {
 		}
 		log.Warn().Msg("using the embedded task store: tasks live in this process only and are lost when it exits; " +
 			"set --redis to share tasks between replicas and keep them across restarts")
-		return &openedStore{store: s, close: closer}, nil
+		return &openedStore{store: s, admin: s, close: closer}, nil
 	}
 	rdb, err := taskstore.Open(o.redisURL)
 	if err != nil {
@@ -652,6 +686,7 @@ func openStore(o *options, log zerolog.Logger) (*openedStore, error) {
 		return nil, fmt.Errorf("--redis: %w", err)
 	}
 	out := &openedStore{store: s, rdb: rdb, close: func() { _ = s.Close(); _ = rdb.Close() }}
+	out.admin, _ = any(s).(taskstore.Admin)
 	if o.ownerKey == "" {
 		gate := &keyGate{Store: s}
 		out.store = gate
@@ -662,9 +697,12 @@ func openStore(o *options, log zerolog.Logger) (*openedStore, error) {
 
 // adminMux serves /healthz (alive), /readyz (the upstream accepts
 // connections: pass-through works, whatever the store's state),
-// /readyz/store (the task store answers) and /metrics.
-func adminMux(reg *prometheus.Registry, store taskstore.Store, h *proxy.Handler) http.Handler {
+// /readyz/store (the task store answers), /metrics, and under /admin the
+// admin task API and dashboard (404 unless --admin-token-file is set).
+func adminMux(reg *prometheus.Registry, store taskstore.Store, h *proxy.Handler, api *admin.Server) http.Handler {
 	mux := http.NewServeMux()
+	mux.Handle("/admin", api)
+	mux.Handle("/admin/", api)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = io.WriteString(w, "ok\n")
 	})

@@ -24,6 +24,16 @@ func newMetrics(reg prometheus.Registerer, s *Server) *metrics {
 			Help: "Lines of stdio servers' output dropped, by reason (invalid: not a JSON-RPC message; too_long: over the line limit).",
 		}, []string{"reason"}),
 	}
+	// Created at 0, so that increase() sees the first one after a start.
+	for _, r := range []string{"stopped", "crashed", "init_timeout"} {
+		m.exits.WithLabelValues(r)
+	}
+	for _, r := range []string{"full", "start_failed", "shutting_down"} {
+		m.refused.WithLabelValues(r)
+	}
+	for _, r := range []string{"invalid", "too_long"} {
+		m.dropped.WithLabelValues(r)
+	}
 	if reg != nil {
 		reg.MustRegister(m.exits, m.refused, m.dropped,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
