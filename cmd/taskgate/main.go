@@ -364,75 +364,172 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "taskgate: %v\n(taskgate --help lists the flags)\n", err)
 		return 2
 	}
-	// From here on everything for stderr goes through lw, in order.
-	lw := newLogWriter(stderr, 8192)
-	lw.console = o.logFormat == "console"
-	defer lw.Close()
-	log := newLogger(o, lw, isTerminal(stderr))
-	// go-redis repeats its complaints on every dial while Redis is down;
-	// the store probe reports the outage itself, so a few lines a minute
-	// are enough.
-	redis.SetLogger(redisLogger{log.Sample(&zerolog.BurstSampler{Burst: 5, Period: time.Minute})})
-	if n := procsFor(o, os.Getenv); n > 0 {
-		runtime.GOMAXPROCS(n)
-	}
-	if o.schedBatch && sched.Supported() {
-		if _, err := sched.SetBatch(); err != nil {
-			log.Warn().Err(err).Msg("running under the normal scheduling policy")
-		}
-	}
+	g := &gateway{o: o}
+	// From here on everything for stderr goes through g.lw, in order.
+	g.setupProcess(stderr)
+	defer g.lw.Close()
 	// SIGHUP is caught from the start: its default action would end the
 	// process.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-
-	pol := policy.Default()
-	if o.configPath != "" {
-		if pol, err = policy.Load(o.configPath); err != nil {
-			fmt.Fprintf(lw, "taskgate: %v\n", err)
-			return 2
+	defer g.teardown()
+	for _, step := range []func() error{
+		g.loadConfig,
+		g.openStore,
+		g.newHandler,
+		g.startBackground,
+		g.bindListeners,
+		g.startServers,
+	} {
+		if err := step(); err != nil {
+			return g.startFailed(err)
 		}
+	}
+	code := g.wait(hup)
+	g.shutdown()
+	return code
+}
+
+// gateway is one running taskgate: run sets it up step by step, serves,
+// shuts it down and tears it down. Each step fills the fields the next ones
+// use and registers what teardown must undo.
+type gateway struct {
+	o   *options
+	lw  *logWriter
+	log zerolog.Logger
+	reg *prometheus.Registry
+
+	pol      *policy.Policy
+	upTLS    *tls.Config
+	st       *openedStore
+	children *stdio.Server
+	h        *proxy.Handler
+	upName   string // the upstream as logged: its URL, or "stdio"
+	reloader *policyReloader
+
+	bgCtx  context.Context
+	stopBG context.CancelFunc
+
+	ln, aln  net.Listener
+	srv      *fasthttp.Server
+	admin    *http.Server
+	serveErr chan error
+
+	// undo is run by teardown in reverse order.
+	undo []func()
+}
+
+// startError is a failed start-up step: the one line printed and the exit
+// status (2 a bad flag or file, 1 a failure of the environment).
+type startError struct {
+	code int
+	err  error
+}
+
+func (e *startError) Error() string { return e.err.Error() }
+
+func startErr(code int, err error) error { return &startError{code: code, err: err} }
+
+// startFailed prints the cause of a failed start and returns the exit
+// status.
+func (g *gateway) startFailed(err error) int {
+	fmt.Fprintf(g.lw, "taskgate: %v\n", err)
+	var se *startError
+	if errors.As(err, &se) {
+		return se.code
+	}
+	return 1
+}
+
+// teardown undoes the steps that ran, last first.
+func (g *gateway) teardown() {
+	for i := len(g.undo) - 1; i >= 0; i-- {
+		g.undo[i]()
+	}
+}
+
+// setupProcess sets up logging, GOMAXPROCS and the scheduling policy.
+func (g *gateway) setupProcess(stderr io.Writer) {
+	o := g.o
+	g.lw = newLogWriter(stderr, 8192)
+	g.lw.console = o.logFormat == "console"
+	g.log = newLogger(o, g.lw, isTerminal(stderr))
+	// go-redis repeats its complaints on every dial while Redis is down;
+	// the store probe reports the outage itself, so a few lines a minute
+	// are enough.
+	redis.SetLogger(redisLogger{g.log.Sample(&zerolog.BurstSampler{Burst: 5, Period: time.Minute})})
+	if n := procsFor(o, os.Getenv); n > 0 {
+		runtime.GOMAXPROCS(n)
+	}
+	if o.schedBatch && sched.Supported() {
+		if _, err := sched.SetBatch(); err != nil {
+			g.log.Warn().Err(err).Msg("running under the normal scheduling policy")
+		}
+	}
+	g.reg = prometheus.NewRegistry()
+	g.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	g.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "taskgate_log_lines_dropped_total",
+		Help: "Log lines dropped because the log output could not keep up (the next line written says how many)."},
+		func() float64 { return float64(g.lw.Dropped()) }))
+}
+
+// loadConfig reads the files the flags name: the policy and --upstream-ca.
+func (g *gateway) loadConfig() error {
+	o := g.o
+	g.pol = policy.Default()
+	if o.configPath != "" {
+		p, err := policy.Load(o.configPath)
+		if err != nil {
+			return startErr(2, err)
+		}
+		g.pol = p
 	}
 	upTLS, err := upstreamTLS(o.upstreamCA)
 	if err != nil {
-		fmt.Fprintf(lw, "taskgate: %v\n", err)
-		return 2
+		return startErr(2, err)
 	}
-	if pol.RetriesRequested() {
-		log.Warn().Msg(retriesWarning)
+	g.upTLS = upTLS
+	if g.pol.RetriesRequested() {
+		g.log.Warn().Msg(retriesWarning)
 	}
 	if warn, _ := checkUpstream(o.upstream); warn != "" {
-		log.Warn().Msg(warn)
+		g.log.Warn().Msg(warn)
 	}
-	st, err := openStore(o, log)
-	if err != nil {
-		fmt.Fprintf(lw, "taskgate: %v\n", err)
-		return 1
-	}
-	defer st.close()
+	return nil
+}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "taskgate_log_lines_dropped_total",
-		Help: "Log lines dropped because the log output could not keep up (the next line written says how many)."},
-		func() float64 { return float64(lw.Dropped()) }))
-	upstream, upstreamName := o.upstream, o.upstream
+// openStore connects the task store.
+func (g *gateway) openStore() error {
+	st, err := openStore(g.o, g.log)
+	if err != nil {
+		return startErr(1, err)
+	}
+	g.st = st
+	g.undo = append(g.undo, st.close)
+	return nil
+}
+
+// newHandler starts the stdio upstream, if any, and builds the proxy.
+func (g *gateway) newHandler() error {
+	o := g.o
+	upstream := o.upstream
+	g.upName = o.upstream
 	var dial func(context.Context) (net.Conn, error)
-	var children *stdio.Server
 	if o.upstreamCommand != "" {
-		if children, err = newStdio(o, log, reg); err != nil {
-			fmt.Fprintf(lw, "taskgate: %v\n", err)
-			return 2
+		children, err := newStdio(o, g.log, g.reg)
+		if err != nil {
+			return startErr(2, err)
 		}
-		defer func() {
-			// Children are stopped last: the handler's Close above sends
+		g.children = children
+		g.undo = append(g.undo, func() {
+			// Children are stopped last: the handler's Close sends
 			// cancellations of running calls through them.
 			ctx, cancel := context.WithTimeout(context.Background(), 3*o.stdioStop+5*time.Second)
 			defer cancel()
 			_ = children.Close(ctx)
-		}()
-		upstream, upstreamName, dial = stdio.UpstreamURL, "stdio", children.Dial
+		})
+		upstream, g.upName, dial = stdio.UpstreamURL, "stdio", children.Dial
 	}
 	h, err := proxy.New(proxy.Config{
 		Upstream:          upstream,
@@ -455,40 +552,65 @@ func run(args []string, stdout, stderr io.Writer) int {
 		TaskRate:          o.taskRate,
 		TaskBurst:         o.taskBurst,
 		NetIO:             !o.directIO,
-		UpstreamTLS:       upTLS,
-	}, pol, st.store, log, proxy.NewMetrics(reg))
+		UpstreamTLS:       g.upTLS,
+	}, g.pol, g.st.store, g.log, proxy.NewMetrics(g.reg))
 	if err != nil {
-		fmt.Fprintf(lw, "taskgate: %v\n", err)
-		return 2
+		return startErr(2, err)
 	}
-	if children != nil {
-		children.SetSessionLabel(h.SessionLabel)
+	g.h = h
+	if g.children != nil {
+		g.children.SetSessionLabel(h.SessionLabel)
 	}
-	bgCtx, stopBG := context.WithCancel(context.Background())
-	defer stopBG()
-	if st.key != nil {
+	return nil
+}
+
+// startBackground starts what runs beside the servers: the shared owner
+// key's loader, the store probe and the policy reloader.
+func (g *gateway) startBackground() error {
+	g.bgCtx, g.stopBG = context.WithCancel(context.Background())
+	g.undo = append(g.undo, g.stopBG)
+	if g.st.key != nil {
 		// With Redis up, the key is known before the first request; else
 		// it is loaded in the background and task operations wait for it.
-		if err := st.key.load(bgCtx, h); err != nil {
-			go st.key.loop(bgCtx, h)
+		if err := g.st.key.load(g.bgCtx, g.h); err != nil {
+			go g.st.key.loop(g.bgCtx, g.h)
 		}
 	}
-	probe := newStoreProbe(reg, st.store, st.rdb, o.storeTimeout, log)
-	_ = probe.check(bgCtx)
-	go probe.loop(bgCtx, 5*time.Second)
-	reloader := newPolicyReloader(reg, o.configPath, h, log)
+	probe := newStoreProbe(g.reg, g.st.store, g.st.rdb, g.o.storeTimeout, g.log)
+	_ = probe.check(g.bgCtx)
+	go probe.loop(g.bgCtx, 5*time.Second)
+	g.reloader = newPolicyReloader(g.reg, g.o.configPath, g.h, g.log)
+	return nil
+}
 
+// bindListeners binds the proxy's and the admin server's addresses.
+func (g *gateway) bindListeners() error {
+	o := g.o
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
-		fmt.Fprintf(lw, "taskgate: --listen %s: %v\n", o.listen, err)
-		return listenExit(err)
+		return startErr(listenExit(err), fmt.Errorf("--listen %s: %w", o.listen, err))
 	}
 	if o.directIO {
 		ln = sysconn.Listener{Listener: ln}
 	}
-	srv := &fasthttp.Server{
-		Handler:               h.ServeFastHTTP,
-		ErrorHandler:          h.ErrorHandler,
+	g.ln = ln
+	if o.adminListen != "" {
+		aln, err := net.Listen("tcp", o.adminListen)
+		if err != nil {
+			ln.Close()
+			return startErr(listenExit(err), fmt.Errorf("--admin-listen %s: %w", o.adminListen, err))
+		}
+		g.aln = aln
+	}
+	return nil
+}
+
+// startServers serves the proxy and the admin server on their listeners.
+func (g *gateway) startServers() error {
+	o := g.o
+	g.srv = &fasthttp.Server{
+		Handler:               g.h.ServeFastHTTP,
+		ErrorHandler:          g.h.ErrorHandler,
 		Name:                  "",
 		NoDefaultServerHeader: true,
 		NoDefaultDate:         true,
@@ -497,65 +619,61 @@ func run(args []string, stdout, stderr io.Writer) int {
 		ReadTimeout:           time.Minute, // reading one request; never the response (a write timeout would cut long SSE answers)
 		IdleTimeout:           2 * time.Minute,
 		CloseOnShutdown:       true,
-		Logger:                proxy.ServerLogger(log),
+		Logger:                proxy.ServerLogger(g.log),
 		// fasthttp's errors about malformed requests then carry no request
 		// bytes; the handler logs only their kind (ErrorHandler).
 		SecureErrorLogMessage: true,
 	}
-	var admin *http.Server
-	if o.adminListen != "" {
-		aln, err := net.Listen("tcp", o.adminListen)
-		if err != nil {
-			ln.Close()
-			fmt.Fprintf(lw, "taskgate: --admin-listen %s: %v\n", o.adminListen, err)
-			return listenExit(err)
-		}
-		admin = &http.Server{Handler: adminMux(reg, st.store, h), ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = admin.Serve(aln) }()
+	if g.aln != nil {
+		g.admin = &http.Server{Handler: adminMux(g.reg, g.st.store, g.h), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = g.admin.Serve(g.aln) }()
 	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info().Str("listen", ln.Addr().String()).Str("upstream", upstreamName).
+	g.serveErr = make(chan error, 1)
+	go func() { g.serveErr <- g.srv.Serve(g.ln) }()
+	g.log.Info().Str("listen", g.ln.Addr().String()).Str("upstream", g.upName).
 		Str("store", storeName(o)).Str("version", versionString()).
 		Int("procs", runtime.GOMAXPROCS(0)).Bool("sched_batch", sched.Active()).Msg("taskgate listening")
+	return nil
+}
 
+// wait serves until SIGTERM or SIGINT, or until the proxy's server fails,
+// reloading the policy on SIGHUP. It returns the exit status.
+func (g *gateway) wait(hup <-chan os.Signal) int {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	code := 0
-wait:
+	defer signal.Stop(sig)
 	for {
 		select {
 		case <-hup:
-			reloader.reload()
+			g.reloader.reload()
 		case s := <-sig:
-			log.Info().Str("signal", s.String()).Dur("grace", o.shutdownGrace).Msg("shutting down")
-			break wait
-		case err := <-serveErr:
-			log.Error().Err(err).Msg("server stopped")
-			code = 1
-			break wait
+			g.log.Info().Str("signal", s.String()).Dur("grace", g.o.shutdownGrace).Msg("shutting down")
+			return 0
+		case err := <-g.serveErr:
+			g.log.Error().Err(err).Msg("server stopped")
+			return 1
 		}
 	}
-	signal.Stop(sig)
+}
 
-	// Stop accepting, let in-flight requests and background calls finish
-	// within the grace period; calls still running then are cancelled
-	// upstream and their tasks failed with a clear message.
-	ctx, cancel := context.WithTimeout(context.Background(), o.shutdownGrace)
+// shutdown stops accepting and lets in-flight requests and background
+// calls finish within the grace period; calls still running then are
+// cancelled upstream and their tasks failed with a clear message.
+func (g *gateway) shutdown() {
+	ctx, cancel := context.WithTimeout(context.Background(), g.o.shutdownGrace)
 	defer cancel()
 	done := make(chan struct{})
 	go func() {
-		_ = srv.ShutdownWithContext(ctx)
+		_ = g.srv.ShutdownWithContext(ctx)
 		close(done)
 	}()
-	_ = h.Close(ctx)
+	_ = g.h.Close(ctx)
 	<-done
-	if admin != nil {
-		_ = admin.Close()
+	if g.admin != nil {
+		_ = g.admin.Close()
 	}
-	stopBG()
-	log.Info().Msg("stopped")
-	return code
+	g.stopBG()
+	g.log.Info().Msg("stopped")
 }
 
 // newStdio sets up the stdio upstream of --upstream-command. Only the
