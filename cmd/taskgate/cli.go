@@ -50,7 +50,7 @@ func envValueError(f *flag.Flag, v string, err error) error {
 			want = "an integer"
 		case float64:
 			want = "a number"
-		case time.Duration:
+		case time.Duration, sizeValue:
 			return fmt.Errorf("%s: %w", env, err)
 		}
 	}

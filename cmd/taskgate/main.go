@@ -135,7 +135,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.IntVar(&o.stdioMaxChildren, "stdio-max-children", stdio.DefaultMaxChildren, "maximum --upstream-command processes at once (one per client session); initialize gets HTTP 503 above it")
 	durationVar(fs, &o.stdioIdle, "stdio-idle-timeout", stdio.DefaultIdleTimeout, "stop a session's --upstream-command process after this long without a call in flight, an open GET stream or traffic")
 	durationVar(fs, &o.stdioInitTimeout, "stdio-init-timeout", stdio.DefaultInitTimeout, "kill an --upstream-command process that has not answered initialize this long after it started")
-	fs.IntVar(&o.stdioMaxLine, "stdio-max-line", stdio.DefaultMaxLineSize, "maximum bytes of one message (line) from an --upstream-command process; longer lines are dropped and the call they answer fails")
+	sizeVar(fs, &o.stdioMaxLine, "stdio-max-line", stdio.DefaultMaxLineSize, "maximum size of one message (line) from an --upstream-command process; longer lines are dropped and the call they answer fails")
 	durationVar(fs, &o.stdioStop, "stdio-stop-grace", stdio.DefaultStopGrace, "stopping an --upstream-command process: its stdin is closed, then after this SIGTERM, then after this again SIGKILL (whole process group)")
 	fs.BoolVar(&o.stdioShared, "stdio-shared", false, "one --upstream-command process for all client sessions (stateless servers only): taskgate rewrites request ids and progress tokens so answers never cross sessions; requests and notifications the server sends on its own reach no session")
 	fs.StringVar(&o.upstreamCA, "upstream-ca", "", "PEM file of the CA certificates trusted for an https --upstream, instead of the system's")
@@ -150,8 +150,8 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.IntVar(&o.procs, "procs", defaultProcs, "CPUs that run taskgate's Go code at once (GOMAXPROCS); 1 costs the least CPU per request beside an upstream; 0 = Go's choice (the GOMAXPROCS variable, else CPU count or container limit)")
 	fs.BoolVar(&o.schedBatch, "sched-batch", true, "run taskgate's threads under Linux's batch scheduling policy: woken by the upstream's answer, taskgate does not preempt the upstream but waits for it to block (less CPU per request on shared cores; same CPU share); --upstream-command children run under the normal policy; false = the normal policy")
 	fs.BoolVar(&o.directIO, "direct-io", true, "read and write client and upstream TCP sockets with direct system calls (less CPU per request); false = Go's net.Conn")
-	fs.IntVar(&o.maxBodySize, "max-body-size", proxy.DefaultMaxBodySize, "maximum request body in bytes (413 above)")
-	fs.IntVar(&o.maxResultSize, "max-result-size", proxy.DefaultMaxResultSize, "maximum upstream result of a task in bytes (the task fails above)")
+	sizeVar(fs, &o.maxBodySize, "max-body-size", proxy.DefaultMaxBodySize, "maximum request body: bytes, or a number with a unit (512KiB, 4MiB) (413 above)")
+	sizeVar(fs, &o.maxResultSize, "max-result-size", proxy.DefaultMaxResultSize, "maximum upstream result of a task: bytes, or a number with a unit (512KiB, 4MiB) (the task fails above)")
 	fs.IntVar(&o.maxTasksPerOwner, "max-tasks-per-owner", proxy.DefaultMaxTasksPerOwner, "maximum unfinished tasks per owner; -1 = unlimited")
 	fs.IntVar(&o.listPageSize, "list-page-size", proxy.DefaultListPageSize, "tasks/list page size")
 	fs.Float64Var(&o.taskRate, "task-rate", proxy.DefaultTaskRate, "task operations (task calls and tasks/*) per second per owner and process; unknown-task lookups count 5; -1 disables")
@@ -181,8 +181,9 @@ func parseArgs(args []string, stdout io.Writer, getenv func(string) string) (*op
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printUsage(stdout, fs)
+			return nil, err
 		}
-		return nil, err
+		return nil, withFlagHint(fs, err)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
@@ -368,18 +369,22 @@ func run(args []string, stdout, stderr io.Writer) int {
 	// From here on everything for stderr goes through g.lw, in order.
 	g.setupProcess(stderr)
 	defer g.lw.Close()
+	g.warnUnknownEnv(os.Environ())
 	// SIGHUP is caught from the start: its default action would end the
 	// process.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	defer g.teardown()
+	// The listeners are bound before the store is opened: a start that
+	// fails on a port in use has written nothing to the store and started
+	// nothing that would log about it.
 	for _, step := range []func() error{
 		g.loadConfig,
+		g.bindListeners,
 		g.openStore,
 		g.newHandler,
 		g.startBackground,
-		g.bindListeners,
 		g.startServers,
 	} {
 		if err := step(); err != nil {
@@ -472,6 +477,18 @@ func (g *gateway) setupProcess(stderr io.Writer) {
 	g.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "taskgate_log_lines_dropped_total",
 		Help: "Log lines dropped because the log output could not keep up (the next line written says how many)."},
 		func() float64 { return float64(g.lw.Dropped()) }))
+}
+
+// warnUnknownEnv logs each TASKGATE_ variable of environ that names no flag
+// (a typo would otherwise leave its flag at the default unnoticed).
+func (g *gateway) warnUnknownEnv(environ []string) {
+	for _, u := range unknownEnv(newFlagSet(&options{}), environ) {
+		e := g.log.Warn().Str("variable", u[0])
+		if u[1] != "" {
+			e = e.Str("did_you_mean", u[1])
+		}
+		e.Msg("unknown TASKGATE_ variable ignored: it names no flag")
+	}
 }
 
 // loadConfig reads the files the flags name: the policy and --upstream-ca.
@@ -594,13 +611,14 @@ func (g *gateway) bindListeners() error {
 		ln = sysconn.Listener{Listener: ln}
 	}
 	g.ln = ln
+	g.undo = append(g.undo, func() { _ = ln.Close() })
 	if o.adminListen != "" {
 		aln, err := net.Listen("tcp", o.adminListen)
 		if err != nil {
-			ln.Close()
 			return startErr(listenExit(err), fmt.Errorf("--admin-listen %s: %w", o.adminListen, err))
 		}
 		g.aln = aln
+		g.undo = append(g.undo, func() { _ = aln.Close() })
 	}
 	return nil
 }
@@ -647,7 +665,7 @@ func (g *gateway) wait(hup <-chan os.Signal) int {
 		case <-hup:
 			g.reloader.reload()
 		case s := <-sig:
-			g.log.Info().Str("signal", s.String()).Dur("grace", g.o.shutdownGrace).Msg("shutting down")
+			g.log.Info().Str("signal", s.String()).Stringer("grace", g.o.shutdownGrace).Msg("shutting down")
 			return 0
 		case err := <-g.serveErr:
 			g.log.Error().Err(err).Msg("server stopped")

@@ -163,7 +163,7 @@ func (k *sharedKey) loop(ctx context.Context, h *proxy.Handler) {
 		if err := k.load(ctx, h); err == nil {
 			return
 		} else if ctx.Err() == nil {
-			k.log.Debug().Err(err).Dur("retry_in", wait).Msg("owner key: Redis not reachable yet")
+			k.log.Debug().Err(err).Stringer("retry_in", wait).Msg("owner key: Redis not reachable yet")
 		}
 	}
 }

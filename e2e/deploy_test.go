@@ -1,0 +1,179 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/taskgate/taskgate/taskstore/redistest"
+)
+
+// startTaskgateEnv is startTaskgate with extra environment variables;
+// ready reports the process up (nil: its admin /healthz answers 200 over
+// plain HTTP).
+func startTaskgateEnv(t testing.TB, env []string, upstream string, ready func(g *gateway) bool, extra ...string) *gateway {
+	t.Helper()
+	g := &gateway{}
+	g.p = startRetrying(t, func() (*proc, error) {
+		listen, admin := freeAddr(t), freeAddr(t)
+		args := append([]string{"--upstream", upstream, "--listen", listen, "--admin-listen", admin, "--log-level", "debug"}, extra...)
+		p := &proc{name: "taskgate", exited: make(chan struct{})}
+		p.cmd = exec.Command(taskgateBin, args...)
+		p.cmd.Env = append(os.Environ(), env...)
+		p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
+		if err := p.cmd.Start(); err != nil {
+			t.Fatalf("start taskgate: %v", err)
+		}
+		go func() {
+			_ = p.cmd.Wait()
+			p.state = p.cmd.ProcessState
+			close(p.exited)
+		}()
+		t.Cleanup(func() {
+			p.kill()
+			if out := p.out.String(); strings.Contains(out, "WARNING: DATA RACE") || strings.Contains(out, "panic:") {
+				t.Errorf("taskgate reported a data race or a panic")
+			}
+			if t.Failed() {
+				t.Logf("---- output of taskgate (%s) ----\n%s", strings.Join(args, " "), p.out.String())
+			}
+		})
+		g.URL, g.Admin = "http://"+listen+"/mcp", "http://"+admin
+		if ready == nil {
+			ready = func(g *gateway) bool { return httpStatus(g.Admin+"/healthz") == http.StatusOK }
+		}
+		err := pollUntil(10*time.Second, func() (bool, error) {
+			if p.hasExited() {
+				return false, fmt.Errorf("taskgate exited early: %s", p.out.String())
+			}
+			return ready(g), nil
+		})
+		if err != nil {
+			p.kill()
+		}
+		return p, err
+	})
+	return g
+}
+
+// redisDBSize returns the number of keys in the Redis at addr.
+func redisDBSize(t testing.TB, addr string) int {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte("DBSIZE\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if _, err := fmt.Sscanf(line, ":%d", &n); err != nil {
+		t.Fatalf("DBSIZE: %q", line)
+	}
+	return n
+}
+
+// A start that fails on a port in use writes nothing to Redis (not even
+// the shared owner key), starts nothing that logs, and prints one line
+// naming the cause.
+func TestStartFailureWritesNothing(t *testing.T) {
+	t.Parallel()
+	redistest.Need(t, "redis-server")
+	addr := redistest.Start(t)
+	for _, which := range []string{"--listen", "--admin-listen"} {
+		t.Run(which, func(t *testing.T) {
+			busy, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer busy.Close()
+			listen, admin := freeAddr(t), freeAddr(t)
+			if which == "--listen" {
+				listen = busy.Addr().String()
+			} else {
+				admin = busy.Addr().String()
+			}
+			cmd := exec.Command(taskgateBin, "--upstream", "http://127.0.0.1:1/mcp", "--redis", "redis://"+addr,
+				"--listen", listen, "--admin-listen", admin)
+			cmd.Env = envWithout(os.Environ(), "TASKGATE_")
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err = cmd.Run()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 1 {
+				t.Errorf("exit: %v; want status 1", err)
+			}
+			out := strings.TrimSpace(stderr.String())
+			if strings.Count(out, "\n") != 0 || !strings.Contains(out, which+" "+busy.Addr().String()) ||
+				!strings.Contains(out, "address already in use") {
+				t.Errorf("stderr %q; want one line naming %s and the address in use", out, which)
+			}
+			if n := redisDBSize(t, addr); n != 0 {
+				t.Errorf("Redis holds %d keys after a failed start; want none", n)
+			}
+		})
+	}
+}
+
+// Flags and variables: a near miss is named, sizes take units, an unknown
+// TASKGATE_ variable is warned about, and durations are logged with units.
+func TestFlagAndEnvHints(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command(taskgateBin, "--upstrem", "http://127.0.0.1:1/mcp").CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "did you mean --upstream?") {
+		t.Errorf("--upstrem: %v %q; want exit 2 suggesting --upstream", err, out)
+	}
+	out, err = exec.Command(taskgateBin, "--upstream", "http://127.0.0.1:1/mcp", "--max-body-size", "4 parsecs").CombinedOutput()
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), "e.g. 4MiB, 512KiB") {
+		t.Errorf("--max-body-size 4 parsecs: %v %q; want exit 2 naming the form", err, out)
+	}
+
+	up := startLegacy(t)
+	gw := startTaskgateEnv(t, []string{"TASKGATE_UPSTREM=http://127.0.0.1:9/mcp", "TASKGATE_MAX_RESULT_SIZE=512KiB"}, up.URL, nil,
+		"--max-body-size", "1KiB")
+	c := newRawClient(t, gw.URL)
+	c.initialize()
+	body := []byte(`{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"echo","arguments":{"text":"` +
+		strings.Repeat("x", 1100) + `"}}}`)
+	if r := c.postRaw(body); r.Status != http.StatusRequestEntityTooLarge {
+		t.Errorf("a 1.1 KiB body with --max-body-size 1KiB: HTTP %d, want 413", r.Status)
+	}
+	waitFor(t, 10*time.Second, "a warning about TASKGATE_UPSTREM naming TASKGATE_UPSTREAM", func() bool {
+		return strings.Contains(gw.p.out.String(), `"variable":"TASKGATE_UPSTREM","did_you_mean":"TASKGATE_UPSTREAM"`)
+	})
+	gw.p.signal(t, syscall.SIGTERM)
+	if _, ok := gw.p.waitExit(30 * time.Second); !ok {
+		t.Fatal("taskgate still runs 30s after SIGTERM")
+	}
+	if !strings.Contains(gw.p.out.String(), `"grace":"30s"`) {
+		t.Errorf(`the shutdown line does not log "grace":"30s"`)
+	}
+}
+
+// envWithout returns environ without the variables whose name starts with
+// prefix.
+func envWithout(environ []string, prefix string) []string {
+	var out []string
+	for _, kv := range environ {
+		if !strings.HasPrefix(kv, prefix) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
