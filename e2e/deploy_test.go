@@ -3,8 +3,10 @@ package e2e
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -25,7 +27,8 @@ func startTaskgateEnv(t testing.TB, env []string, upstream string, ready func(g 
 	g := &gateway{}
 	g.p = startRetrying(t, func() (*proc, error) {
 		listen, admin := freeAddr(t), freeAddr(t)
-		args := append([]string{"--upstream", upstream, "--listen", listen, "--admin-listen", admin, "--log-level", "debug"}, extra...)
+		args := append([]string{"--upstream", upstream, "--listen", listen, "--admin-listen", admin, "--log-level", "debug",
+			"--drain-delay", "0"}, extra...)
 		p := &proc{name: "taskgate", exited: make(chan struct{})}
 		p.cmd = exec.Command(taskgateBin, args...)
 		p.cmd.Env = append(os.Environ(), env...)
@@ -176,4 +179,58 @@ func envWithout(environ []string, prefix string) []string {
 		}
 	}
 	return out
+}
+
+// On SIGTERM, /readyz answers 503 at once while the proxy still accepts new
+// connections for --drain-delay (each answer closing its connection), then
+// it stops accepting and exits 0.
+func TestDrainOnSIGTERM(t *testing.T) {
+	t.Parallel()
+	up := startLegacy(t)
+	gw := startTaskgate(t, up.URL, "--drain-delay", "20s")
+	if st := httpStatus(gw.Admin + "/readyz"); st != http.StatusOK {
+		t.Fatalf("/readyz before SIGTERM: %d", st)
+	}
+	gw.p.signal(t, syscall.SIGTERM)
+	waitFor(t, 10*time.Second, "/readyz 503 after SIGTERM", func() bool { return httpStatus(gw.Admin+"/readyz") == http.StatusServiceUnavailable })
+	if st := httpStatus(gw.Admin + "/healthz"); st != http.StatusOK {
+		t.Errorf("/healthz while draining: %d, want 200 (alive)", st)
+	}
+	// A new connection is still served, and told to close.
+	c := newRawClient(t, gw.URL)
+	tr := &http.Transport{} // keep-alive: the Connection: close must come from taskgate
+	t.Cleanup(tr.CloseIdleConnections)
+	c.hc = &http.Client{Transport: tr}
+	c.initialize()
+	body, _ := c.marshalRequest("tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": "draining"}})
+	resp, err := c.hc.Do(c.request(context.Background(), http.MethodPost, body))
+	if err != nil {
+		t.Fatalf("tools/call while draining: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(b), "draining") {
+		t.Errorf("tools/call while draining: HTTP %d %q", resp.StatusCode, b)
+	}
+	if !resp.Close {
+		t.Errorf("an answer while draining does not close its connection")
+	}
+	if gw.p.hasExited() {
+		t.Fatal("taskgate exited during the drain delay")
+	}
+	// A second SIGTERM ends the delay.
+	gw.p.signal(t, syscall.SIGTERM)
+	st, ok := gw.p.waitExit(30 * time.Second)
+	if !ok || st.ExitCode() != 0 {
+		t.Fatalf("exit after the second SIGTERM: %v %v", st, ok)
+	}
+	out := gw.p.out.String()
+	for _, want := range []string{`"drain_delay":"20s"`, "draining cut short by a second signal", "no longer accepting connections"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q", want)
+		}
+	}
+	if _, err := net.DialTimeout("tcp", strings.TrimPrefix(strings.TrimSuffix(gw.URL, "/mcp"), "http://"), time.Second); err == nil {
+		t.Errorf("the proxy's port still accepts after exit")
+	}
 }

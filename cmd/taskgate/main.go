@@ -96,6 +96,7 @@ type options struct {
 	stdioMaxChildren, stdioMaxLine         int
 	stdioIdle, stdioInitTimeout, stdioStop time.Duration
 	stdioShared                            bool
+	deployOptions
 }
 
 func versionString() string {
@@ -166,6 +167,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	durationVar(fs, &o.lease, "lease", proxy.DefaultLease, "task lease: a task whose runner died is failed by another replica within this (renewed every lease/5)")
 	durationVar(fs, &o.shutdownGrace, "shutdown-grace", defaultShutdownGrace, "on SIGTERM, how long running task calls may finish before they are cancelled and failed")
 	durationVar(fs, &o.storeTimeout, "store-timeout", proxy.DefaultStoreTimeout, "bound on each task store operation")
+	deployFlags(fs, &o.deployOptions)
 	return fs
 }
 
@@ -290,6 +292,9 @@ func (o *options) validate() error {
 	}
 	if o.shutdownGrace < 0 {
 		return errors.New("--shutdown-grace: must not be negative")
+	}
+	if err := o.deployOptions.validate(); err != nil {
+		return err
 	}
 	if o.upstreamCommand != "" {
 		if _, err := stdio.SplitCommand(o.upstreamCommand); err != nil {
@@ -420,6 +425,8 @@ type gateway struct {
 	srv      *fasthttp.Server
 	admin    *http.Server
 	serveErr chan error
+	draining drainState
+	sig      chan os.Signal // SIGTERM and SIGINT, from wait on
 
 	// undo is run by teardown in reverse order.
 	undo []func()
@@ -627,7 +634,7 @@ func (g *gateway) bindListeners() error {
 func (g *gateway) startServers() error {
 	o := g.o
 	g.srv = &fasthttp.Server{
-		Handler:               g.h.ServeFastHTTP,
+		Handler:               g.draining.proxy(g.h.ServeFastHTTP),
 		ErrorHandler:          g.h.ErrorHandler,
 		Name:                  "",
 		NoDefaultServerHeader: true,
@@ -643,7 +650,7 @@ func (g *gateway) startServers() error {
 		SecureErrorLogMessage: true,
 	}
 	if g.aln != nil {
-		g.admin = &http.Server{Handler: adminMux(g.reg, g.st.store, g.h), ReadHeaderTimeout: 10 * time.Second}
+		g.admin = &http.Server{Handler: g.draining.readyz(adminMux(g.reg, g.st.store, g.h)), ReadHeaderTimeout: 10 * time.Second}
 		go func() { _ = g.admin.Serve(g.aln) }()
 	}
 	g.serveErr = make(chan error, 1)
@@ -657,15 +664,17 @@ func (g *gateway) startServers() error {
 // wait serves until SIGTERM or SIGINT, or until the proxy's server fails,
 // reloading the policy on SIGHUP. It returns the exit status.
 func (g *gateway) wait(hup <-chan os.Signal) int {
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	defer signal.Stop(sig)
+	g.sig = make(chan os.Signal, 1)
+	signal.Notify(g.sig, syscall.SIGINT, syscall.SIGTERM)
+	g.undo = append(g.undo, func() { signal.Stop(g.sig) })
 	for {
 		select {
 		case <-hup:
 			g.reloader.reload()
-		case s := <-sig:
-			g.log.Info().Str("signal", s.String()).Stringer("grace", g.o.shutdownGrace).Msg("shutting down")
+		case s := <-g.sig:
+			g.log.Info().Str("signal", s.String()).Stringer("drain_delay", g.o.drainDelay).
+				Stringer("grace", g.o.shutdownGrace).Msg("shutting down")
+			g.drain(g.sig)
 			return 0
 		case err := <-g.serveErr:
 			g.log.Error().Err(err).Msg("server stopped")
@@ -678,6 +687,8 @@ func (g *gateway) wait(hup <-chan os.Signal) int {
 // calls finish within the grace period; calls still running then are
 // cancelled upstream and their tasks failed with a clear message.
 func (g *gateway) shutdown() {
+	g.draining.on.Store(true)
+	g.log.Info().Stringer("grace", g.o.shutdownGrace).Msg("no longer accepting connections; waiting for running calls")
 	ctx, cancel := context.WithTimeout(context.Background(), g.o.shutdownGrace)
 	defer cancel()
 	done := make(chan struct{})
