@@ -417,6 +417,8 @@ type gateway struct {
 	h        *proxy.Handler
 	upName   string // the upstream as logged: its URL, or "stdio"
 	reloader *policyReloader
+	watch    fileWatcher
+	tls      *serverTLS // nil without --tls-cert
 
 	bgCtx  context.Context
 	stopBG context.CancelFunc
@@ -501,8 +503,10 @@ func (g *gateway) warnUnknownEnv(environ []string) {
 // loadConfig reads the files the flags name: the policy and --upstream-ca.
 func (g *gateway) loadConfig() error {
 	o := g.o
+	g.watch.log = g.log
 	g.pol = policy.Default()
 	if o.configPath != "" {
+		g.watch.add(func() { _ = g.reloader.Reload("file changed") }, o.configPath)
 		p, err := policy.Load(o.configPath)
 		if err != nil {
 			return startErr(2, err)
@@ -514,6 +518,12 @@ func (g *gateway) loadConfig() error {
 		return startErr(2, err)
 	}
 	g.upTLS = upTLS
+	if o.tlsCert != "" {
+		g.watch.add(func() { g.tls.reload() }, o.tlsCert, o.tlsKey, o.tlsClientCA)
+		if g.tls, err = newServerTLS(&o.deployOptions, g.log); err != nil {
+			return startErr(2, err)
+		}
+	}
 	if g.pol.RetriesRequested() {
 		g.log.Warn().Msg(retriesWarning)
 	}
@@ -604,6 +614,7 @@ func (g *gateway) startBackground() error {
 	_ = probe.check(g.bgCtx)
 	go probe.loop(g.bgCtx, 5*time.Second)
 	g.reloader = newPolicyReloader(g.reg, g.o.configPath, g.h, g.log)
+	go g.watch.run(g.bgCtx)
 	return nil
 }
 
@@ -617,12 +628,18 @@ func (g *gateway) bindListeners() error {
 	if o.directIO {
 		ln = sysconn.Listener{Listener: ln}
 	}
+	if g.tls != nil {
+		ln = tls.NewListener(ln, g.tls.config(false))
+	}
 	g.ln = ln
 	g.undo = append(g.undo, func() { _ = ln.Close() })
 	if o.adminListen != "" {
 		aln, err := net.Listen("tcp", o.adminListen)
 		if err != nil {
 			return startErr(listenExit(err), fmt.Errorf("--admin-listen %s: %w", o.adminListen, err))
+		}
+		if g.tls != nil {
+			aln = tls.NewListener(aln, g.tls.config(true))
 		}
 		g.aln = aln
 		g.undo = append(g.undo, func() { _ = aln.Close() })
@@ -657,7 +674,7 @@ func (g *gateway) startServers() error {
 	go func() { g.serveErr <- g.srv.Serve(g.ln) }()
 	g.log.Info().Str("listen", g.ln.Addr().String()).Str("upstream", g.upName).
 		Str("store", storeName(o)).Str("version", versionString()).
-		Int("procs", runtime.GOMAXPROCS(0)).Bool("sched_batch", sched.Active()).Msg("taskgate listening")
+		Int("procs", runtime.GOMAXPROCS(0)).Bool("sched_batch", sched.Active()).Bool("tls", g.tls != nil).Msg("taskgate listening")
 	return nil
 }
 
@@ -670,7 +687,7 @@ func (g *gateway) wait(hup <-chan os.Signal) int {
 	for {
 		select {
 		case <-hup:
-			g.reloader.reload()
+			_ = g.reloader.Reload("SIGHUP")
 		case s := <-g.sig:
 			g.log.Info().Str("signal", s.String()).Stringer("drain_delay", g.o.drainDelay).
 				Stringer("grace", g.o.shutdownGrace).Msg("shutting down")
