@@ -9,9 +9,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -233,4 +236,56 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	if _, err := net.DialTimeout("tcp", strings.TrimPrefix(strings.TrimSuffix(gw.URL, "/mcp"), "http://"), time.Second); err == nil {
 		t.Errorf("the proxy's port still accepts after exit")
 	}
+}
+
+// connsTo counts the established TCP connections of this machine whose
+// remote end is port (from /proc/net/tcp; Linux only).
+func connsTo(t testing.TB, port int) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Skipf("no /proc/net/tcp: %v", err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) < 4 || f[3] != "01" {
+			continue
+		}
+		_, rp, ok := strings.Cut(f[2], ":")
+		var p int
+		if _, err := fmt.Sscanf(rp, "%X", &p); ok && err == nil && p == port {
+			n++
+		}
+	}
+	return n
+}
+
+// Idle upstream connections are closed --upstream-idle-conn after the
+// traffic stops, without further requests: pass-through and background
+// calls.
+func TestIdleUpstreamConnsClosed(t *testing.T) {
+	t.Parallel()
+	up := startLegacy(t)
+	u, _ := url.Parse(up.URL)
+	port, _ := strconv.Atoi(u.Port())
+	gw := startTaskgate(t, up.URL, "--upstream-idle-conn", "1s")
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := newRawClient(t, gw.URL)
+			c.initialize()
+			c.call("tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": fmt.Sprint("x", i)}})
+			task := c.createTask("echo", map[string]any{"text": "t"}, map[string]any{})
+			c.waitStatus(task.TaskID, "completed", 30*time.Second)
+			c.hc.CloseIdleConnections()
+		}()
+	}
+	wg.Wait()
+	if n := connsTo(t, port); n == 0 {
+		t.Fatal("no connection to the upstream after the calls: the test sees nothing")
+	}
+	waitFor(t, 20*time.Second, "taskgate's idle upstream connections to close", func() bool { return connsTo(t, port) == 0 })
 }
