@@ -289,3 +289,70 @@ func TestIdleUpstreamConnsClosed(t *testing.T) {
 	}
 	waitFor(t, 20*time.Second, "taskgate's idle upstream connections to close", func() bool { return connsTo(t, port) == 0 })
 }
+
+// On SIGTERM, every tasks/result wait on a task whose call is cut at the
+// end of the grace gets the final "taskgate shut down" answer: on the
+// stopping replica (JSON, and an SSE stream) as on another replica.
+func TestShutdownAnswersEveryWaiter(t *testing.T) {
+	t.Parallel()
+	redisURL := "redis://" + redistest.Start(t)
+	up := startLegacy(t)
+	key := "e2e-waiters-owner-key-0123456789"
+	a := startTaskgate(t, up.URL, "--redis", redisURL, "--owner-key", key, "--shutdown-grace", "1s", "--keepalive", "200ms")
+	b := startTaskgate(t, up.URL, "--redis", redisURL, "--owner-key", key)
+	stats := newStatsReader(t, up.URL)
+	c := newRawClient(t, a.URL)
+	c.header.Set("Authorization", "Bearer waiters")
+	c.initialize()
+	tk := c.createTask("slow", map[string]any{"seconds": 30, "steps": 30}, nil)
+	waitUpstreamRunning(t, stats, 1)
+
+	type answer struct {
+		name string
+		body string
+		err  error
+	}
+	answers := make(chan answer, 3)
+	wait := func(name string, gw *gateway, accept string) {
+		body, _ := c.marshalRequest("tasks/result", map[string]any{"taskId": tk.TaskID})
+		req, err := http.NewRequest(http.MethodPost, gw.URL, bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer waiters")
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", accept)
+		req.Header.Set("MCP-Protocol-Version", c.version)
+		tr := &http.Transport{}
+		t.Cleanup(tr.CloseIdleConnections)
+		go func() {
+			resp, err := (&http.Client{Transport: tr, Timeout: 60 * time.Second}).Do(req)
+			if err != nil {
+				answers <- answer{name: name, err: err}
+				return
+			}
+			defer resp.Body.Close()
+			b, err := io.ReadAll(resp.Body)
+			answers <- answer{name: name, body: string(b), err: err}
+		}()
+	}
+	wait("stopping replica, SSE", a, "text/event-stream")
+	wait("stopping replica, JSON", a, "application/json")
+	wait("other replica, SSE", b, "application/json, text/event-stream")
+	waitFor(t, 10*time.Second, "two waiters on the stopping replica", func() bool { return metricValue(a, "taskgate_result_waiters") == "2" })
+	waitFor(t, 10*time.Second, "a waiter on the other replica", func() bool { return metricValue(b, "taskgate_result_waiters") == "1" })
+	a.p.signal(t, syscall.SIGTERM)
+	for range 3 {
+		select {
+		case ans := <-answers:
+			if ans.err != nil || !strings.Contains(ans.body, "shut down") {
+				t.Errorf("%s: %v, body %q; want the final answer saying taskgate shut down", ans.name, ans.err, ans.body)
+			}
+		case <-time.After(60 * time.Second):
+			t.Fatal("a waiter got no answer within 60s of SIGTERM")
+		}
+	}
+	if st, ok := a.p.waitExit(30 * time.Second); !ok || st.ExitCode() != 0 {
+		t.Errorf("exit after SIGTERM: %v %v", st, ok)
+	}
+}

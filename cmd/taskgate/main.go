@@ -719,6 +719,11 @@ func (g *gateway) shutdown() {
 	}()
 	_ = g.h.Close(ctx)
 	<-done
+	// h.Close returned once the result streams wrote their final answers;
+	// let the server finish those responses before the process exits.
+	fin, cancelFin := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancelFin()
+	_ = g.srv.ShutdownWithContext(fin)
 	if g.admin != nil {
 		_ = g.admin.Close()
 	}
