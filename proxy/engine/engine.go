@@ -103,8 +103,8 @@ type Engine struct {
 	runnersIdle    atomic.Int32
 	root           context.Context
 	cancel         context.CancelFunc
-	wg             lifeGroup      // runners (Add may race with Close's Wait)
-	streams        lifeGroup      // the wires' result streams (Enter, Leave)
+	wg             lifeGroup // runners (Add may race with Close's Wait)
+	streams        lifeGroup // the wires' result streams (Enter, Leave)
 	waitRoot       context.Context
 	cancelWaits    context.CancelFunc
 	bg             sync.WaitGroup // lease recovery and the supervisor's loop
