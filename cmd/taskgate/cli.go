@@ -66,8 +66,9 @@ func printUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "%s: MCP tasks for MCP servers that lack them.\n\n", versionString())
 	fmt.Fprintf(w, "Usage:\n  taskgate --upstream URL [flags]\n  taskgate --upstream-command 'PROGRAM ARGS...' [flags]\n  taskgate version | --version\n"+
 		"  taskgate healthcheck [--admin-listen ADDR] [--path /healthz|/readyz|/readyz/store]\n\n"+
-		"On SIGHUP taskgate reloads --config (a policy file with an error is refused and the\n"+
-		"previous policy kept); on SIGTERM or SIGINT it shuts down gracefully.\n"+
+		"taskgate reloads --config and the --tls-* files when they change on disk, and --config\n"+
+		"on SIGHUP (a file with an error is refused and the previous one kept); on SIGTERM or\n"+
+		"SIGINT it drains (--drain-delay: /readyz 503, still serving) and shuts down gracefully.\n"+
 		"Exit status: 0 done, 1 a failure while running (e.g. a port in use), 2 a bad flag or value.\n\n"+
 		"Flags (each also settable as the environment variable shown):\n")
 	fs.VisitAll(func(f *flag.Flag) {
