@@ -65,7 +65,7 @@ func envValueError(f *flag.Flag, v string, err error) error {
 func printUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "%s: MCP tasks for MCP servers that lack them.\n\n", versionString())
 	fmt.Fprintf(w, "Usage:\n  taskgate --upstream URL [flags]\n  taskgate --upstream-command 'PROGRAM ARGS...' [flags]\n  taskgate version | --version\n"+
-		"  taskgate healthcheck [--admin-listen ADDR] [--path /healthz|/readyz|/readyz/store]\n\n"+
+		"  taskgate healthcheck [--admin-listen ADDR] [--path /healthz|/readyz|/readyz/store] [--tls]\n\n"+
 		"taskgate reloads --config and the --tls-* files when they change on disk, and --config\n"+
 		"on SIGHUP (a file with an error is refused and the previous one kept); on SIGTERM or\n"+
 		"SIGINT it drains (--drain-delay: /readyz 503, still serving) and shuts down gracefully.\n"+
