@@ -10,7 +10,17 @@
 #
 # The demo MCP server (cmd/legacy-mcp, for trying taskgate) is not in this
 # image; build it on its own with: docker build --target demo -t taskgate-demo .
-FROM golang:1.26-bookworm AS build
+#
+# Base images. The build image is pinned to the exact Go release the
+# project is tested with. distroless publishes no version tags, only
+# moving ones (nonroot) and digests: pin the runtime by digest for a
+# reproducible image, e.g.
+#   docker build --build-arg RUNTIME=gcr.io/distroless/static-debian12:nonroot@sha256:<digest> .
+# with the digest from `crane digest gcr.io/distroless/static-debian12:nonroot`
+# (or `docker buildx imagetools inspect`), and the same for BUILD.
+ARG BUILD=golang:1.26.8-bookworm
+ARG RUNTIME=gcr.io/distroless/static-debian12:nonroot
+FROM ${BUILD} AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
@@ -22,7 +32,7 @@ FROM build AS build-demo
 RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/legacy-mcp ./cmd/legacy-mcp
 
 # The demo upstream: docker run --rm -p 3000:3000 taskgate-demo
-FROM gcr.io/distroless/static-debian12:nonroot AS demo
+FROM ${RUNTIME} AS demo
 COPY --from=build-demo /out/legacy-mcp /usr/local/bin/legacy-mcp
 USER nonroot:nonroot
 EXPOSE 3000
@@ -31,7 +41,7 @@ ENTRYPOINT ["/usr/local/bin/legacy-mcp", "--listen", "0.0.0.0:3000"]
 # The production image (the default target). distroless static: no shell,
 # no package manager, CA certificates for https upstreams and rediss://,
 # runs as uid 65532.
-FROM gcr.io/distroless/static-debian12:nonroot
+FROM ${RUNTIME}
 COPY --from=build /out/taskgate /usr/local/bin/taskgate
 ENV TASKGATE_LISTEN=0.0.0.0:8080 \
     TASKGATE_ADMIN_LISTEN=0.0.0.0:8081

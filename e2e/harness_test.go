@@ -281,8 +281,10 @@ func startTaskgate(t testing.TB, upstream string, extra ...string) *gateway {
 	g := &gateway{}
 	g.p = startRetrying(t, func() (*proc, error) {
 		listen, admin := freeAddr(t), freeAddr(t)
+		// No drain delay: tests that stop taskgate need no load balancer
+		// to notice; TestDrainOnSIGTERM sets its own.
 		args := append([]string{"--upstream", upstream, "--listen", listen, "--admin-listen", admin,
-			"--log-level", "debug"}, extra...)
+			"--log-level", "debug", "--drain-delay", "0"}, extra...)
 		p := startProc(t, "taskgate", taskgateBin, args...)
 		g.URL, g.Admin = "http://"+listen+path, "http://"+admin
 		err := pollUntil(10*time.Second, func() (bool, error) {

@@ -424,7 +424,8 @@ func TestHelpListsFlagsAndEnv(t *testing.T) {
 		"upstream-idle-conn", "keepalive", "promote-window", "lease", "shutdown-grace", "store-timeout",
 		"queue-max", "task-rate", "task-burst", "direct-io", "procs", "upstream-ca",
 		"upstream-command", "upstream-env", "upstream-dir", "stdio-max-children", "stdio-idle-timeout",
-		"stdio-init-timeout", "stdio-max-line", "stdio-stop-grace", "stdio-shared", "sched-batch"}
+		"stdio-init-timeout", "stdio-max-line", "stdio-stop-grace", "stdio-shared", "sched-batch",
+		"drain-delay", "tls-cert", "tls-key", "tls-client-ca"}
 	for _, f := range flags {
 		env := "TASKGATE_" + strings.ToUpper(strings.ReplaceAll(f, "-", "_"))
 		if !strings.Contains(string(out), "--"+f+"  ["+env+"]") {

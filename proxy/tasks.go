@@ -533,8 +533,9 @@ func (h *Handler) awaitResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte,
 // once the task is terminal. j, when not nil, is the task's call running
 // in this process, waited for through its runner.
 func (h *Handler) awaitJSONResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, owner, taskID string, j *job) {
-	// A client that leaves ends the wait at once.
-	ctx, cancel := context.WithCancel(h.root)
+	// A client that leaves ends the wait at once; a shutdown only once
+	// this process's calls have recorded their outcomes (WaitRoot).
+	ctx, cancel := context.WithCancel(h.eng.WaitRoot())
 	var left atomic.Bool
 	unwatch := sysconn.WatchClose(rc.Conn(), func() { left.Store(true); cancel() })
 	h.m.waiters.Inc()
@@ -584,8 +585,9 @@ func (h *Handler) localResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte,
 		return
 	}
 	if !j.Queued() {
-		// A client that leaves ends the wait at once.
-		ctx, cancel := context.WithCancel(h.root)
+		// A client that leaves ends the wait at once; a shutdown only
+		// once this call has recorded its outcome (WaitRoot).
+		ctx, cancel := context.WithCancel(h.eng.WaitRoot())
 		var left atomic.Bool
 		unwatch := sysconn.WatchClose(rc.Conn(), func() { left.Store(true); cancel() })
 		stream := time.NewTimer(h.cfg.KeepAlive)
@@ -723,7 +725,9 @@ func (h *Handler) startResultStream(rc *fasthttp.RequestCtx, info *reqInfo, id [
 		outcome := ""
 		defer func() { se.end(outcome) }()
 		var left atomic.Bool
-		ctx, cancel := context.WithCancel(h.root)
+		// WaitRoot: on shutdown the wait goes on until this process's
+		// calls have recorded their outcomes, so it ends with one.
+		ctx, cancel := context.WithCancel(h.eng.WaitRoot())
 		defer cancel()
 		defer sysconn.WatchClose(conn, func() { left.Store(true); cancel() })()
 		fmt.Fprintf(w, "id: %s\nretry: %d\ndata: \n\n", evID, resumeRetryMs)

@@ -26,7 +26,7 @@ func newAdminAPI(o *options, st *openedStore, h *proxy.Handler, reloader *policy
 		TokenFile: o.adminTokenFile,
 		Store:     st.admin,
 		Cancel:    h.CancelTask,
-		Reload:    func() error { return reloader.reload("admin API") },
+		Reload:    func() error { return reloader.Reload("admin API") },
 	}, log)
 	if err != nil {
 		return nil, fmt.Errorf("--admin-token-file: %w", err)

@@ -50,7 +50,7 @@ func envValueError(f *flag.Flag, v string, err error) error {
 			want = "an integer"
 		case float64:
 			want = "a number"
-		case time.Duration:
+		case time.Duration, sizeValue:
 			return fmt.Errorf("%s: %w", env, err)
 		}
 	}
@@ -65,11 +65,13 @@ func envValueError(f *flag.Flag, v string, err error) error {
 func printUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintf(w, "%s: MCP tasks for MCP servers that lack them.\n\n", versionString())
 	fmt.Fprintf(w, "Usage:\n  taskgate --upstream URL [flags]\n  taskgate --upstream-command 'PROGRAM ARGS...' [flags]\n  taskgate version | --version\n"+
-		"  taskgate healthcheck [--admin-listen ADDR] [--path /healthz|/readyz|/readyz/store]\n"+
+		"  taskgate healthcheck [--admin-listen ADDR] [--path /healthz|/readyz|/readyz/store] [--tls]\n"+
 		"  taskgate tasks list|get ID|cancel ID [flags]   (operators; taskgate tasks --help)\n"+
 		"  taskgate reload [--admin-listen ADDR]          (re-read --config in a running taskgate)\n\n"+
-		"On SIGHUP (or POST /admin/v1/reload) taskgate reloads --config (a policy file with an error is refused and the\n"+
-		"previous policy kept); on SIGTERM or SIGINT it shuts down gracefully.\n"+
+		"taskgate reloads --config and the --tls-* files when they change on disk, and --config\n"+
+		"on SIGHUP or POST /admin/v1/reload (a file with an error is refused and the previous one\n"+
+		"kept); on SIGTERM or SIGINT it drains (--drain-delay: /readyz 503, still serving) and shuts\n"+
+		"down gracefully.\n"+
 		"Exit status: 0 done, 1 a failure while running (e.g. a port in use), 2 a bad flag or value.\n\n"+
 		"Flags (each also settable as the environment variable shown):\n")
 	fs.VisitAll(func(f *flag.Flag) {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,12 +16,16 @@ import (
 // health checks in images without a shell or curl: it GETs a path of the
 // admin server (--admin-listen, TASKGATE_ADMIN_LISTEN as for the server;
 // an unspecified host such as 0.0.0.0 means this machine's loopback) and
-// exits 0 on HTTP 200, 1 otherwise, 2 on bad flags.
+// exits 0 on HTTP 200, 1 otherwise, 2 on bad flags. With --tls (or when
+// TASKGATE_TLS_CERT is set, as for the server) it speaks https and does not
+// verify the certificate: it checks its own process on loopback, whose
+// certificate names the pod's service, not 127.0.0.1.
 func healthcheck(args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	fs := flag.NewFlagSet("taskgate healthcheck", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	admin := fs.String("admin-listen", defaultAdminListen, "the taskgate admin address to check")
 	path := fs.String("path", "/healthz", "path to GET: /healthz (alive), /readyz (serving) or /readyz/store (task store)")
+	useTLS := fs.Bool("tls", false, "speak https (the server runs with --tls-cert); default: when TASKGATE_TLS_CERT is set")
 	var timeout time.Duration
 	durationVar(fs, &timeout, "timeout", 3*time.Second, "bound on the check")
 	err := fs.Parse(args)
@@ -55,7 +60,12 @@ func healthcheck(args []string, stdout, stderr io.Writer, getenv func(string) st
 			host = "::1"
 		}
 	}
-	u := "http://" + net.JoinHostPort(host, port) + *path
+	scheme, client := "http", http.DefaultClient
+	if *useTLS || (!set["tls"] && getenv(envName("tls-cert")) != "") {
+		scheme = "https"
+		client = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	}
+	u := scheme + "://" + net.JoinHostPort(host, port) + *path
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
@@ -63,7 +73,7 @@ func healthcheck(args []string, stdout, stderr io.Writer, getenv func(string) st
 		fmt.Fprintf(stderr, "taskgate healthcheck: %v\n", err)
 		return 2
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		fmt.Fprintf(stderr, "taskgate healthcheck: %s: %v\n", u, err)
 		return 1

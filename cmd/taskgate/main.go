@@ -61,7 +61,11 @@ const (
 	defaultLogLevel    = "info"
 	defaultLogFormat   = "json"
 	// defaultProcs: one processor costs the least CPU per request beside an
-	// upstream on the same machine.
+	// upstream on the same machine, and kept the rate of Go's choice (the
+	// CPU count or the container's limit) under background load. It
+	// deliberately ignores a container's CPU limit: a sidecar should not
+	// take as many cores as the server it fronts (Linkerd's proxy also
+	// defaults to one); --procs 0 restores Go's choice.
 	defaultProcs = 1
 	// defaultShutdownGrace: on SIGTERM, how long running calls may finish.
 	defaultShutdownGrace = 30 * time.Second
@@ -100,6 +104,7 @@ type options struct {
 	stdioMaxChildren, stdioMaxLine         int
 	stdioIdle, stdioInitTimeout, stdioStop time.Duration
 	stdioShared                            bool
+	deployOptions
 }
 
 func versionString() string {
@@ -139,7 +144,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.IntVar(&o.stdioMaxChildren, "stdio-max-children", stdio.DefaultMaxChildren, "maximum --upstream-command processes at once (one per client session); initialize gets HTTP 503 above it")
 	durationVar(fs, &o.stdioIdle, "stdio-idle-timeout", stdio.DefaultIdleTimeout, "stop a session's --upstream-command process after this long without a call in flight, an open GET stream or traffic")
 	durationVar(fs, &o.stdioInitTimeout, "stdio-init-timeout", stdio.DefaultInitTimeout, "kill an --upstream-command process that has not answered initialize this long after it started")
-	fs.IntVar(&o.stdioMaxLine, "stdio-max-line", stdio.DefaultMaxLineSize, "maximum bytes of one message (line) from an --upstream-command process; longer lines are dropped and the call they answer fails")
+	sizeVar(fs, &o.stdioMaxLine, "stdio-max-line", stdio.DefaultMaxLineSize, "maximum size of one message (line) from an --upstream-command process; longer lines are dropped and the call they answer fails")
 	durationVar(fs, &o.stdioStop, "stdio-stop-grace", stdio.DefaultStopGrace, "stopping an --upstream-command process: its stdin is closed, then after this SIGTERM, then after this again SIGKILL (whole process group)")
 	fs.BoolVar(&o.stdioShared, "stdio-shared", false, "one --upstream-command process for all client sessions (stateless servers only): taskgate rewrites request ids and progress tokens so answers never cross sessions; requests and notifications the server sends on its own reach no session")
 	fs.StringVar(&o.upstreamCA, "upstream-ca", "", "PEM file of the CA certificates trusted for an https --upstream, instead of the system's")
@@ -152,11 +157,11 @@ func newFlagSet(o *options) *flag.FlagSet {
 	fs.StringVar(&o.ownerKey, "owner-key", "", "secret (>= 16 bytes) keying task owners and list cursors; empty = with --redis, a key created once in Redis and shared by every taskgate on it; without --redis, random per process")
 	fs.StringVar(&o.allowedOrigins, "allowed-origins", "", "comma-separated Origin allow-list (403 otherwise); empty = not checked by taskgate")
 	fs.BoolVar(&o.rewriteHost, "rewrite-host", false, "send the upstream's host as Host instead of the client's (needed when the upstream checks Host against DNS rebinding, as the official Go SDK does on loopback; taskgate then checks Origin itself if --allowed-origins is set)")
-	fs.IntVar(&o.procs, "procs", defaultProcs, "CPUs that run taskgate's Go code at once (GOMAXPROCS); 1 costs the least CPU per request beside an upstream; 0 = Go's choice (the GOMAXPROCS variable, else CPU count or container limit)")
-	fs.BoolVar(&o.schedBatch, "sched-batch", true, "run taskgate's threads under Linux's batch scheduling policy: woken by the upstream's answer, taskgate does not preempt the upstream but waits for it to block (less CPU per request on shared cores; same CPU share); --upstream-command children run under the normal policy; false = the normal policy")
-	fs.BoolVar(&o.directIO, "direct-io", true, "read and write client and upstream TCP sockets with direct system calls (less CPU per request); false = Go's net.Conn")
-	fs.IntVar(&o.maxBodySize, "max-body-size", proxy.DefaultMaxBodySize, "maximum request body in bytes (413 above)")
-	fs.IntVar(&o.maxResultSize, "max-result-size", proxy.DefaultMaxResultSize, "maximum upstream result of a task in bytes (the task fails above)")
+	fs.IntVar(&o.procs, "procs", defaultProcs, "CPUs that run taskgate's Go code at once (GOMAXPROCS); 1 (the default, whatever the container's CPU limit) costs the least CPU per request beside an upstream and kept the rate of Go's choice on a loaded machine; 0 = Go's choice (the GOMAXPROCS variable, else CPU count or container limit)")
+	fs.BoolVar(&o.schedBatch, "sched-batch", false, "opt-in: run taskgate's threads under Linux's batch scheduling policy: woken by the upstream's answer, taskgate does not preempt the upstream but waits for it to block. Trade-off measured on a loaded 2-core machine: with 16 clients 1.26x the rate and less CPU per request, but with one client 0.80x the rate and p99 +0.66 ms, since every other process on the node then runs first; --upstream-command children run under the normal policy")
+	fs.BoolVar(&o.directIO, "direct-io", true, "read and write client and upstream TCP sockets with direct system calls: about half of taskgate's CPU per request on a loaded machine (109 against 198 µs with one client) at the same rate; false = Go's net.Conn")
+	sizeVar(fs, &o.maxBodySize, "max-body-size", proxy.DefaultMaxBodySize, "maximum request body: bytes, or a number with a unit (512KiB, 4MiB) (413 above)")
+	sizeVar(fs, &o.maxResultSize, "max-result-size", proxy.DefaultMaxResultSize, "maximum upstream result of a task: bytes, or a number with a unit (512KiB, 4MiB) (the task fails above)")
 	fs.IntVar(&o.maxTasksPerOwner, "max-tasks-per-owner", proxy.DefaultMaxTasksPerOwner, "maximum unfinished tasks per owner; -1 = unlimited")
 	fs.IntVar(&o.listPageSize, "list-page-size", proxy.DefaultListPageSize, "tasks/list page size")
 	fs.Float64Var(&o.taskRate, "task-rate", proxy.DefaultTaskRate, "task operations (task calls and tasks/*) per second per owner and process; unknown-task lookups count 5; -1 disables")
@@ -171,6 +176,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	durationVar(fs, &o.lease, "lease", proxy.DefaultLease, "task lease: a task whose runner died is failed by another replica within this (renewed every lease/5)")
 	durationVar(fs, &o.shutdownGrace, "shutdown-grace", defaultShutdownGrace, "on SIGTERM, how long running task calls may finish before they are cancelled and failed")
 	durationVar(fs, &o.storeTimeout, "store-timeout", proxy.DefaultStoreTimeout, "bound on each task store operation")
+	deployFlags(fs, &o.deployOptions)
 	return fs
 }
 
@@ -186,8 +192,9 @@ func parseArgs(args []string, stdout io.Writer, getenv func(string) string) (*op
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printUsage(stdout, fs)
+			return nil, err
 		}
-		return nil, err
+		return nil, withFlagHint(fs, err)
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q (flags start with --)", fs.Arg(0))
@@ -298,6 +305,9 @@ func (o *options) validate() error {
 	if o.shutdownGrace < 0 {
 		return errors.New("--shutdown-grace: must not be negative")
 	}
+	if err := o.deployOptions.validate(); err != nil {
+		return err
+	}
 	if o.upstreamCommand != "" {
 		if _, err := stdio.SplitCommand(o.upstreamCommand); err != nil {
 			return fmt.Errorf("--upstream-command: %w", err)
@@ -383,76 +393,201 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "taskgate: %v\n(taskgate --help lists the flags)\n", err)
 		return 2
 	}
-	// From here on everything for stderr goes through lw, in order.
-	lw := newLogWriter(stderr, 8192)
-	lw.console = o.logFormat == "console"
-	defer lw.Close()
-	log := newLogger(o, lw, isTerminal(stderr))
-	// go-redis repeats its complaints on every dial while Redis is down;
-	// the store probe reports the outage itself, so a few lines a minute
-	// are enough.
-	redis.SetLogger(redisLogger{log.Sample(&zerolog.BurstSampler{Burst: 5, Period: time.Minute})})
-	if n := procsFor(o, os.Getenv); n > 0 {
-		runtime.GOMAXPROCS(n)
-	}
-	if o.schedBatch && sched.Supported() {
-		if _, err := sched.SetBatch(); err != nil {
-			log.Warn().Err(err).Msg("running under the normal scheduling policy")
-		}
-	}
+	g := &gateway{o: o}
+	// From here on everything for stderr goes through g.lw, in order.
+	g.setupProcess(stderr)
+	defer g.lw.Close()
+	g.warnUnknownEnv(os.Environ())
 	// SIGHUP is caught from the start: its default action would end the
 	// process.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-
-	pol := policy.Default()
-	if o.configPath != "" {
-		if pol, err = policy.Load(o.configPath); err != nil {
-			fmt.Fprintf(lw, "taskgate: %v\n", err)
-			return 2
+	defer g.teardown()
+	// The listeners are bound before the store is opened: a start that
+	// fails on a port in use has written nothing to the store and started
+	// nothing that would log about it.
+	for _, step := range []func() error{
+		g.loadConfig,
+		g.bindListeners,
+		g.openStore,
+		g.newHandler,
+		g.startBackground,
+		g.startServers,
+	} {
+		if err := step(); err != nil {
+			return g.startFailed(err)
 		}
+	}
+	code := g.wait(hup)
+	g.shutdown()
+	return code
+}
+
+// gateway is one running taskgate: run sets it up step by step, serves,
+// shuts it down and tears it down. Each step fills the fields the next ones
+// use and registers what teardown must undo.
+type gateway struct {
+	o   *options
+	lw  *logWriter
+	log zerolog.Logger
+	reg *prometheus.Registry
+
+	pol      *policy.Policy
+	upTLS    *tls.Config
+	st       *openedStore
+	children *stdio.Server
+	h        *proxy.Handler
+	upName   string // the upstream as logged: its URL, or "stdio"
+	reloader *policyReloader
+	api      *admin.Server // nil without --admin-token-file
+	watch    fileWatcher
+	tls      *serverTLS // nil without --tls-cert
+
+	bgCtx  context.Context
+	stopBG context.CancelFunc
+
+	ln, aln  net.Listener
+	srv      *fasthttp.Server
+	admin    *http.Server
+	serveErr chan error
+	draining drainState
+	sig      chan os.Signal // SIGTERM and SIGINT, from wait on
+
+	// undo is run by teardown in reverse order.
+	undo []func()
+}
+
+// startError is a failed start-up step: the one line printed and the exit
+// status (2 a bad flag or file, 1 a failure of the environment).
+type startError struct {
+	code int
+	err  error
+}
+
+func (e *startError) Error() string { return e.err.Error() }
+
+func startErr(code int, err error) error { return &startError{code: code, err: err} }
+
+// startFailed prints the cause of a failed start and returns the exit
+// status.
+func (g *gateway) startFailed(err error) int {
+	fmt.Fprintf(g.lw, "taskgate: %v\n", err)
+	var se *startError
+	if errors.As(err, &se) {
+		return se.code
+	}
+	return 1
+}
+
+// teardown undoes the steps that ran, last first.
+func (g *gateway) teardown() {
+	for i := len(g.undo) - 1; i >= 0; i-- {
+		g.undo[i]()
+	}
+}
+
+// setupProcess sets up logging, GOMAXPROCS and the scheduling policy.
+func (g *gateway) setupProcess(stderr io.Writer) {
+	o := g.o
+	g.lw = newLogWriter(stderr, 8192)
+	g.lw.console = o.logFormat == "console"
+	g.log = newLogger(o, g.lw, isTerminal(stderr))
+	// go-redis repeats its complaints on every dial while Redis is down;
+	// the store probe reports the outage itself, so a few lines a minute
+	// are enough.
+	redis.SetLogger(redisLogger{g.log.Sample(&zerolog.BurstSampler{Burst: 5, Period: time.Minute})})
+	if n := procsFor(o, os.Getenv); n > 0 {
+		runtime.GOMAXPROCS(n)
+	}
+	if o.schedBatch && sched.Supported() {
+		if _, err := sched.SetBatch(); err != nil {
+			g.log.Warn().Err(err).Msg("running under the normal scheduling policy")
+		}
+	}
+	g.reg = prometheus.NewRegistry()
+	g.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	g.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "taskgate_log_lines_dropped_total",
+		Help: "Log lines dropped because the log output could not keep up (the next line written says how many)."},
+		func() float64 { return float64(g.lw.Dropped()) }))
+}
+
+// warnUnknownEnv logs each TASKGATE_ variable of environ that names no flag
+// (a typo would otherwise leave its flag at the default unnoticed).
+func (g *gateway) warnUnknownEnv(environ []string) {
+	for _, u := range unknownEnv(newFlagSet(&options{}), environ) {
+		e := g.log.Warn().Str("variable", u[0])
+		if u[1] != "" {
+			e = e.Str("did_you_mean", u[1])
+		}
+		e.Msg("unknown TASKGATE_ variable ignored: it names no flag")
+	}
+}
+
+// loadConfig reads the files the flags name: the policy and --upstream-ca.
+func (g *gateway) loadConfig() error {
+	o := g.o
+	g.watch.log = g.log
+	g.pol = policy.Default()
+	if o.configPath != "" {
+		g.watch.add(func() { _ = g.reloader.Reload("file changed") }, o.configPath)
+		p, err := policy.Load(o.configPath)
+		if err != nil {
+			return startErr(2, err)
+		}
+		g.pol = p
 	}
 	upTLS, err := upstreamTLS(o.upstreamCA)
 	if err != nil {
-		fmt.Fprintf(lw, "taskgate: %v\n", err)
-		return 2
+		return startErr(2, err)
 	}
-	if pol.RetriesRequested() {
-		log.Warn().Msg(retriesWarning)
+	g.upTLS = upTLS
+	if o.tlsCert != "" {
+		g.watch.add(func() { g.tls.reload() }, o.tlsCert, o.tlsKey, o.tlsClientCA)
+		if g.tls, err = newServerTLS(&o.deployOptions, g.log); err != nil {
+			return startErr(2, err)
+		}
+	}
+	if g.pol.RetriesRequested() {
+		g.log.Warn().Msg(retriesWarning)
 	}
 	if warn, _ := checkUpstream(o.upstream); warn != "" {
-		log.Warn().Msg(warn)
+		g.log.Warn().Msg(warn)
 	}
-	st, err := openStore(o, log)
-	if err != nil {
-		fmt.Fprintf(lw, "taskgate: %v\n", err)
-		return 1
-	}
-	defer st.close()
+	return nil
+}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "taskgate_log_lines_dropped_total",
-		Help: "Log lines dropped because the log output could not keep up (the next line written says how many)."},
-		func() float64 { return float64(lw.Dropped()) }))
-	metrics := newMetrics(reg)
-	upstream, upstreamName := o.upstream, o.upstream
+// openStore connects the task store.
+func (g *gateway) openStore() error {
+	st, err := openStore(g.o, g.log)
+	if err != nil {
+		return startErr(1, err)
+	}
+	g.st = st
+	g.undo = append(g.undo, st.close)
+	return nil
+}
+
+// newHandler starts the stdio upstream, if any, and builds the proxy.
+func (g *gateway) newHandler() error {
+	o := g.o
+	upstream := o.upstream
+	g.upName = o.upstream
 	var dial func(context.Context) (net.Conn, error)
-	var children *stdio.Server
 	if o.upstreamCommand != "" {
-		if children, err = newStdio(o, log, reg); err != nil {
-			fmt.Fprintf(lw, "taskgate: %v\n", err)
-			return 2
+		children, err := newStdio(o, g.log, g.reg)
+		if err != nil {
+			return startErr(2, err)
 		}
-		defer func() {
-			// Children are stopped last: the handler's Close above sends
+		g.children = children
+		g.undo = append(g.undo, func() {
+			// Children are stopped last: the handler's Close sends
 			// cancellations of running calls through them.
 			ctx, cancel := context.WithTimeout(context.Background(), 3*o.stdioStop+5*time.Second)
 			defer cancel()
 			_ = children.Close(ctx)
-		}()
-		upstream, upstreamName, dial = stdio.UpstreamURL, "stdio", children.Dial
+		})
+		upstream, g.upName, dial = stdio.UpstreamURL, "stdio", children.Dial
 	}
 	h, err := proxy.New(proxy.Config{
 		Upstream:          upstream,
@@ -475,47 +610,80 @@ func run(args []string, stdout, stderr io.Writer) int {
 		TaskRate:          o.taskRate,
 		TaskBurst:         o.taskBurst,
 		NetIO:             !o.directIO,
-		UpstreamTLS:       upTLS,
-	}, pol, st.store, log, metrics)
+		UpstreamTLS:       g.upTLS,
+	}, g.pol, g.st.store, g.log, newMetrics(g.reg))
 	if err != nil {
-		fmt.Fprintf(lw, "taskgate: %v\n", err)
-		return 2
+		return startErr(2, err)
 	}
-	if children != nil {
-		children.SetSessionLabel(h.SessionLabel)
+	g.h = h
+	if g.children != nil {
+		g.children.SetSessionLabel(h.SessionLabel)
 	}
-	bgCtx, stopBG := context.WithCancel(context.Background())
-	defer stopBG()
-	if st.key != nil {
+	return nil
+}
+
+// startBackground starts what runs beside the servers: the shared owner
+// key's loader, the store probe and the policy reloader.
+func (g *gateway) startBackground() error {
+	g.bgCtx, g.stopBG = context.WithCancel(context.Background())
+	g.undo = append(g.undo, g.stopBG)
+	if g.st.key != nil {
 		// With Redis up, the key is known before the first request; else
 		// it is loaded in the background and task operations wait for it.
 		// Then the loop keeps this replica on the key Redis holds.
-		st.key.register(reg)
-		st.key.interval = o.lease / 4
-		_ = st.key.load(bgCtx, h)
-		go st.key.loop(bgCtx, h)
+		g.st.key.register(g.reg)
+		g.st.key.interval = g.o.lease / 4
+		_ = g.st.key.load(g.bgCtx, g.h)
+		go g.st.key.loop(g.bgCtx, g.h)
 	}
-	probe := newStoreProbe(reg, st.store, st.rdb, o.storeTimeout, log)
-	_ = probe.check(bgCtx)
-	go probe.loop(bgCtx, 5*time.Second)
-	reloader := newPolicyReloader(reg, o.configPath, h, log)
-	api, err := newAdminAPI(o, st, h, reloader, reg, log)
+	probe := newStoreProbe(g.reg, g.st.store, g.st.rdb, g.o.storeTimeout, g.log)
+	_ = probe.check(g.bgCtx)
+	go probe.loop(g.bgCtx, 5*time.Second)
+	g.reloader = newPolicyReloader(g.reg, g.o.configPath, g.h, g.log)
+	api, err := newAdminAPI(g.o, g.st, g.h, g.reloader, g.reg, g.log)
 	if err != nil {
-		fmt.Fprintf(lw, "taskgate: %v\n", err)
-		return 2
+		return startErr(2, err)
 	}
+	g.api = api
+	go g.watch.run(g.bgCtx)
+	return nil
+}
 
+// bindListeners binds the proxy's and the admin server's addresses.
+func (g *gateway) bindListeners() error {
+	o := g.o
 	ln, err := net.Listen("tcp", o.listen)
 	if err != nil {
-		fmt.Fprintf(lw, "taskgate: --listen %s: %v\n", o.listen, err)
-		return listenExit(err)
+		return startErr(listenExit(err), fmt.Errorf("--listen %s: %w", o.listen, err))
 	}
 	if o.directIO {
 		ln = sysconn.Listener{Listener: ln}
 	}
-	srv := &fasthttp.Server{
-		Handler:               h.ServeFastHTTP,
-		ErrorHandler:          h.ErrorHandler,
+	if g.tls != nil {
+		ln = tls.NewListener(ln, g.tls.config(false))
+	}
+	g.ln = ln
+	g.undo = append(g.undo, func() { _ = ln.Close() })
+	if o.adminListen != "" {
+		aln, err := net.Listen("tcp", o.adminListen)
+		if err != nil {
+			return startErr(listenExit(err), fmt.Errorf("--admin-listen %s: %w", o.adminListen, err))
+		}
+		if g.tls != nil {
+			aln = tls.NewListener(aln, g.tls.config(true))
+		}
+		g.aln = aln
+		g.undo = append(g.undo, func() { _ = aln.Close() })
+	}
+	return nil
+}
+
+// startServers serves the proxy and the admin server on their listeners.
+func (g *gateway) startServers() error {
+	o := g.o
+	g.srv = &fasthttp.Server{
+		Handler:               g.draining.proxy(g.h.ServeFastHTTP),
+		ErrorHandler:          g.h.ErrorHandler,
 		Name:                  "",
 		NoDefaultServerHeader: true,
 		NoDefaultDate:         true,
@@ -524,65 +692,70 @@ func run(args []string, stdout, stderr io.Writer) int {
 		ReadTimeout:           time.Minute, // reading one request; never the response (a write timeout would cut long SSE answers)
 		IdleTimeout:           2 * time.Minute,
 		CloseOnShutdown:       true,
-		Logger:                proxy.ServerLogger(log),
+		Logger:                proxy.ServerLogger(g.log),
 		// fasthttp's errors about malformed requests then carry no request
 		// bytes; the handler logs only their kind (ErrorHandler).
 		SecureErrorLogMessage: true,
 	}
-	var adminSrv *http.Server
-	if o.adminListen != "" {
-		aln, err := net.Listen("tcp", o.adminListen)
-		if err != nil {
-			ln.Close()
-			fmt.Fprintf(lw, "taskgate: --admin-listen %s: %v\n", o.adminListen, err)
-			return listenExit(err)
-		}
-		adminSrv = &http.Server{Handler: adminMux(reg, st.store, h, api), ReadHeaderTimeout: 10 * time.Second}
-		go func() { _ = adminSrv.Serve(aln) }()
+	if g.aln != nil {
+		g.admin = &http.Server{Handler: g.draining.readyz(adminMux(g.reg, g.st.store, g.h, g.api)), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = g.admin.Serve(g.aln) }()
 	}
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(ln) }()
-	log.Info().Str("listen", ln.Addr().String()).Str("upstream", upstreamName).
+	g.serveErr = make(chan error, 1)
+	go func() { g.serveErr <- g.srv.Serve(g.ln) }()
+	g.log.Info().Str("listen", g.ln.Addr().String()).Str("upstream", g.upName).
 		Str("store", storeName(o)).Str("version", versionString()).
-		Int("procs", runtime.GOMAXPROCS(0)).Bool("sched_batch", sched.Active()).Msg("taskgate listening")
+		Int("procs", runtime.GOMAXPROCS(0)).Bool("sched_batch", sched.Active()).Bool("tls", g.tls != nil).Msg("taskgate listening")
+	return nil
+}
 
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
-	code := 0
-wait:
+// wait serves until SIGTERM or SIGINT, or until the proxy's server fails,
+// reloading the policy on SIGHUP. It returns the exit status.
+func (g *gateway) wait(hup <-chan os.Signal) int {
+	g.sig = make(chan os.Signal, 1)
+	signal.Notify(g.sig, syscall.SIGINT, syscall.SIGTERM)
+	g.undo = append(g.undo, func() { signal.Stop(g.sig) })
 	for {
 		select {
 		case <-hup:
-			_ = reloader.reload("SIGHUP")
-		case s := <-sig:
-			log.Info().Str("signal", s.String()).Dur("grace", o.shutdownGrace).Msg("shutting down")
-			break wait
-		case err := <-serveErr:
-			log.Error().Err(err).Msg("server stopped")
-			code = 1
-			break wait
+			_ = g.reloader.Reload("SIGHUP")
+		case s := <-g.sig:
+			g.log.Info().Str("signal", s.String()).Stringer("drain_delay", g.o.drainDelay).
+				Stringer("grace", g.o.shutdownGrace).Msg("shutting down")
+			g.drain(g.sig)
+			return 0
+		case err := <-g.serveErr:
+			g.log.Error().Err(err).Msg("server stopped")
+			return 1
 		}
 	}
-	signal.Stop(sig)
+}
 
-	// Stop accepting, let in-flight requests and background calls finish
-	// within the grace period; calls still running then are cancelled
-	// upstream and their tasks failed with a clear message.
-	ctx, cancel := context.WithTimeout(context.Background(), o.shutdownGrace)
+// shutdown stops accepting and lets in-flight requests and background
+// calls finish within the grace period; calls still running then are
+// cancelled upstream and their tasks failed with a clear message.
+func (g *gateway) shutdown() {
+	g.draining.on.Store(true)
+	g.log.Info().Stringer("grace", g.o.shutdownGrace).Msg("no longer accepting connections; waiting for running calls")
+	ctx, cancel := context.WithTimeout(context.Background(), g.o.shutdownGrace)
 	defer cancel()
 	done := make(chan struct{})
 	go func() {
-		_ = srv.ShutdownWithContext(ctx)
+		_ = g.srv.ShutdownWithContext(ctx)
 		close(done)
 	}()
-	_ = h.Close(ctx)
+	_ = g.h.Close(ctx)
 	<-done
-	if adminSrv != nil {
-		_ = adminSrv.Close()
+	// h.Close returned once the result streams wrote their final answers;
+	// let the server finish those responses before the process exits.
+	fin, cancelFin := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancelFin()
+	_ = g.srv.ShutdownWithContext(fin)
+	if g.admin != nil {
+		_ = g.admin.Close()
 	}
-	stopBG()
-	log.Info().Msg("stopped")
-	return code
+	g.stopBG()
+	g.log.Info().Msg("stopped")
 }
 
 // newMetrics creates the proxy's collectors on reg, with the version set

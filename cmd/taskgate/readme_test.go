@@ -3,7 +3,6 @@ package main
 import (
 	"flag"
 	"os"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -67,9 +66,11 @@ func readmeDefaultIs(f *flag.Flag, cell string) bool {
 			return err == nil && c == d
 		}
 	}
-	if n, ok := strings.CutSuffix(cell, " MiB"); ok {
-		v, err := strconv.Atoi(n)
-		return err == nil && strconv.Itoa(v<<20) == f.DefValue
+	if g, ok := f.Value.(flag.Getter); ok {
+		if d, ok := g.Get().(sizeValue); ok {
+			c, err := parseSize(cell)
+			return err == nil && c == int(d)
+		}
 	}
 	return cell == f.DefValue
 }

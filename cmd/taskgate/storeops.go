@@ -264,7 +264,7 @@ func (k *sharedKey) loop(ctx context.Context, h *proxy.Handler) {
 		case <-time.After(wait):
 		}
 		if err := k.load(ctx, h); err != nil && ctx.Err() == nil {
-			k.log.Debug().Err(err).Dur("retry_in", wait).Msg("owner key: Redis not reachable yet")
+			k.log.Debug().Err(err).Stringer("retry_in", wait).Msg("owner key: Redis not reachable yet")
 		}
 	}
 	interval := k.interval

@@ -103,7 +103,10 @@ type Engine struct {
 	runnersIdle    atomic.Int32
 	root           context.Context
 	cancel         context.CancelFunc
-	wg             lifeGroup      // runners and the wires' streams (Add may race with Close's Wait)
+	wg             lifeGroup // runners (Add may race with Close's Wait)
+	streams        lifeGroup // the wires' result streams (Enter, Leave)
+	waitRoot       context.Context
+	cancelWaits    context.CancelFunc
 	bg             sync.WaitGroup // lease recovery and the supervisor's loop
 	closed         atomic.Bool
 }
@@ -120,6 +123,8 @@ func New(cfg Config, store taskstore.Store, log *zerolog.Logger, up Upstream, ho
 	// from it): context.Cause tells a shutdown from a client's cancel.
 	root, cancelRoot := context.WithCancelCause(context.Background())
 	e.root, e.cancel = root, func() { cancelRoot(ErrShutdown) }
+	waitRoot, cancelWaits := context.WithCancelCause(context.Background())
+	e.waitRoot, e.cancelWaits = waitRoot, func() { cancelWaits(ErrShutdown) }
 	e.runq, e.closing = make(chan *Job), make(chan struct{})
 	e.sender, _ = up.(Sender)
 	e.sup = newSupervisor(e)
@@ -134,37 +139,80 @@ func New(cfg Config, store taskstore.Store, log *zerolog.Logger, up Upstream, ho
 // from it.
 func (e *Engine) Root() context.Context { return e.root }
 
+// WaitRoot is the context of waits for a task's end (tasks/result): it
+// ends after Root, once this process's calls have recorded their outcomes
+// and the waits had FinalAnswerWait to deliver them (see Close), so a
+// client waiting here on a call cut by the shutdown gets its final answer.
+func (e *Engine) WaitRoot() context.Context { return e.waitRoot }
+
+// FinalAnswerWait is how long Close lets result waits deliver their
+// answers after this process's calls have ended (and the grace, if longer).
+const FinalAnswerWait = 2 * time.Second
+
 // Closed reports whether Close was called: no task may be created then.
 func (e *Engine) Closed() bool { return e.closed.Load() }
 
-// Enter counts a piece of work Close waits for (a wire's result stream);
-// Leave ends it. Enter may be called while Close waits.
-func (e *Engine) Enter() { e.wg.Add(1) }
+// Enter counts a piece of work Close waits for (a wire's result stream,
+// whose context derives from WaitRoot); Leave ends it. Enter may be called
+// while Close waits.
+func (e *Engine) Enter() { e.streams.Add(1) }
 
 // Leave ends a piece of work counted by Enter.
-func (e *Engine) Leave() { e.wg.Done() }
+func (e *Engine) Leave() { e.streams.Done() }
 
 // Close stops the engine: idle runners exit, and runners still going are
 // waited for until ctx ends, then their calls are cancelled (cause
-// ErrShutdown; their tasks stay owned by this process until their lease
-// lapses). It also waits for the work counted by Enter. Close is
-// idempotent.
+// ErrShutdown; each records its task failed, "taskgate shut down before
+// the upstream call finished"). Then the work counted by Enter (result
+// streams) gets until ctx ends, and at least FinalAnswerWait, to deliver
+// those outcomes before WaitRoot ends: every wait of this process on one
+// of its own tasks gets a final answer; a wait on a task running elsewhere
+// that is cut then ends without one (its client resumes on another
+// replica). Close is idempotent.
 func (e *Engine) Close(ctx context.Context) error {
 	if e.closed.Swap(true) {
 		return nil
 	}
 	close(e.closing)
-	done := make(chan struct{})
-	go func() { e.wg.Wait(); close(done) }()
+	runners := waitChan(&e.wg)
 	select {
-	case <-done:
+	case <-runners:
 	case <-ctx.Done():
 		e.cancel()
-		<-done
+		<-runners
+	}
+	streams := waitChan(&e.streams)
+	bound := time.NewTimer(FinalAnswerWait)
+	defer bound.Stop()
+	grace, boundOver := ctx.Done(), false
+	for waiting := true; waiting; {
+		select {
+		case <-streams:
+			waiting = false
+			continue
+		case <-bound.C:
+			boundOver = true
+		case <-grace:
+			grace = nil
+		}
+		if boundOver && grace == nil {
+			e.cancel()
+			e.cancelWaits()
+			<-streams
+			waiting = false
+		}
 	}
 	e.cancel()
+	e.cancelWaits()
 	e.bg.Wait()
 	return nil
+}
+
+// waitChan returns a channel closed when g's count is zero.
+func waitChan(g *lifeGroup) <-chan struct{} {
+	done := make(chan struct{})
+	go func() { g.Wait(); close(done) }()
+	return done
 }
 
 // RunnersStarted is the number of runner goroutines started so far.

@@ -404,7 +404,7 @@ func (e *Engine) finish(j *Job, res Result) {
 		if !errors.Is(err, taskstore.ErrUnavailable) || time.Now().Add(backoff).After(deadline) {
 			break
 		}
-		j.Log.Warn().Err(err).Dur("retry_in", backoff).Msg("task store unavailable; retrying to record the outcome")
+		j.Log.Warn().Err(err).Stringer("retry_in", backoff).Msg("task store unavailable; retrying to record the outcome")
 		time.Sleep(backoff) // backoff between store retries, not synchronisation
 	}
 	switch {

@@ -360,7 +360,7 @@ func (s *session) initExpired() {
 		return
 	}
 	msg := fmt.Sprintf("taskgate: the stdio MCP server did not answer initialize within %s; it was stopped", s.srv.cfg.InitTimeout)
-	s.log.Warn().Dur("init_timeout", s.srv.cfg.InitTimeout).Msg("stdio server did not answer initialize in time; killing it")
+	s.log.Warn().Stringer("init_timeout", s.srv.cfg.InitTimeout).Msg("stdio server did not answer initialize in time; killing it")
 	c.q.fail(appendError(nil, c.raw, codeServerGone, msg), 504)
 	s.end("initialize timed out", msg)
 	go s.child.kill()

@@ -181,6 +181,10 @@ func (c *Client) Prepare(req *fasthttp.Request) {
 	}
 	if c.isTLS {
 		req.URI().SetScheme("https")
+	} else if string(req.URI().Scheme()) == "https" {
+		// A request taskgate received over TLS (--tls-cert) has an
+		// https URI; the HostClient refuses it for a plain upstream.
+		req.URI().SetScheme("http")
 	}
 }
 

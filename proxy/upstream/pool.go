@@ -63,13 +63,20 @@ func (c *conn) dropReader() bool {
 	return clean
 }
 
-// pool keeps idle upstream connections (LIFO). Safe for concurrent use.
+// pool keeps idle upstream connections (LIFO): get takes the newest, and a
+// connection idle for maxIdle is closed by a timer, not only when get
+// meets it, so connections opened for a burst do not stay open after the
+// traffic stops (an upstream keeps a socket and often a goroutine or
+// process per connection). The timer is armed while the pool holds a
+// connection and fires when the oldest one reaches maxIdle; no goroutine
+// runs in between. Safe for concurrent use.
 type pool struct {
 	mu      sync.Mutex
-	idle    []*conn
+	idle    []*conn // oldest first
 	max     int
 	maxIdle time.Duration
 	closed  bool
+	timer   *time.Timer // armed while idle is not empty
 }
 
 func (p *pool) get() *conn {
@@ -95,6 +102,42 @@ func (p *pool) put(c *conn) {
 	}
 	c.idleSince = time.Now()
 	p.idle = append(p.idle, c)
+	if len(p.idle) == 1 {
+		p.arm(p.maxIdle)
+	}
+}
+
+// arm sets the timer to prune after d. Callers hold mu.
+func (p *pool) arm(d time.Duration) {
+	if p.timer == nil {
+		p.timer = time.AfterFunc(d, p.prune)
+		return
+	}
+	p.timer.Reset(d)
+}
+
+// prune closes the connections idle for maxIdle and re-arms the timer for
+// the oldest one left. A timer that fires while the pool is empty (its
+// connections were taken since) is not re-armed: the next put arms it.
+func (p *pool) prune() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	now := time.Now()
+	n := 0
+	for n < len(p.idle) && now.Sub(p.idle[n].idleSince) >= p.maxIdle {
+		_ = p.idle[n].Close()
+		p.idle[n] = nil
+		n++
+	}
+	if n > 0 {
+		p.idle = append(p.idle[:0], p.idle[n:]...)
+	}
+	if len(p.idle) > 0 {
+		p.arm(p.maxIdle - now.Sub(p.idle[0].idleSince))
+	}
 }
 
 func (p *pool) len() int {
@@ -107,6 +150,9 @@ func (p *pool) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
+	if p.timer != nil {
+		p.timer.Stop()
+	}
 	for _, c := range p.idle {
 		_ = c.Close()
 	}
