@@ -434,6 +434,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}()
 		upstream, upstreamName, dial = stdio.UpstreamURL, "stdio", children.Dial
 	}
+	tracer, stopTracing, err := setupTracing(log)
+	if err != nil {
+		fmt.Fprintf(lw, "taskgate: %v\n", err)
+		return 2
+	}
+	defer stopTracing() // after h.Close: the calls' spans end there
 	h, err := proxy.New(proxy.Config{
 		Upstream:          upstream,
 		Dial:              dial,
@@ -456,6 +462,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		TaskBurst:         o.taskBurst,
 		NetIO:             !o.directIO,
 		UpstreamTLS:       upTLS,
+		Tracer:            tracer,
 	}, pol, st.store, log, proxy.NewMetrics(reg))
 	if err != nil {
 		fmt.Fprintf(lw, "taskgate: %v\n", err)

@@ -42,7 +42,7 @@ type Config struct {
 	HoldFor, HoldYoung time.Duration
 }
 
-// Hooks are the engine's metrics. Each may be nil.
+// Hooks are the engine's metrics and tracing. Each may be nil.
 type Hooks struct {
 	// TaskEvent counts a task lifecycle event ("created", "refused",
 	// "completed", "failed", "cancelled", "expired", "lost", "dropped",
@@ -63,6 +63,14 @@ type Hooks struct {
 	// and whether it failed (an answer the store's contract foresees, such
 	// as not found, is no failure).
 	StoreOp func(op string, d time.Duration, failed bool)
+	// CallContext returns ctx with the wire's values for j's call (its
+	// trace span); j's call, its supervision and the recording of its
+	// outcome run under the result. It runs inside Create, once j.Task and
+	// j.Call are set, and must not keep ctx.
+	CallContext func(j *Job, ctx context.Context) context.Context
+	// Lost reports a task that lease recovery failed (its runner stopped
+	// renewing the lease), after its "lost" event.
+	Lost func(t *taskstore.Task)
 }
 
 func (h *Hooks) event(event, tool string) {
@@ -224,6 +232,9 @@ func (e *Engine) recoverLoop() {
 				e.hooks.duration(t.Tool, "lost", time.Since(t.CreatedAt))
 				e.log.Warn().Str(logTaskID, t.ID).Str(logOwner, t.Owner).Str("runner", t.Runner).
 					Msg("task failed: its runner stopped renewing the lease")
+				if e.hooks.Lost != nil {
+					e.hooks.Lost(&t)
+				}
 			}
 		}()
 		select {
@@ -253,4 +264,6 @@ const (
 	logTool      = "tool"
 	logOwner     = "owner"
 	logRPCMethod = "rpc_method"
+	logTraceID   = "trace_id"
+	logSpanID    = "span_id"
 )
