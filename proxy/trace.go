@@ -69,29 +69,36 @@ func (s *methodSpec) traced() bool {
 // startSpan starts the server span of the intercepted message env and
 // makes info's context and logger carry it.
 func (h *Handler) startSpan(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) {
-	attrs := make([]attribute.KeyValue, 0, 8)
-	attrs = append(attrs, tracing.MethodName.String(env.method),
-		tracing.NetTransport.String("tcp"), tracing.NetProtocol.String("http"))
-	if env.id != nil {
-		attrs = append(attrs, tracing.RequestID.String(rpcIDString(env.id)))
-	}
-	name := env.method
+	name, tool := env.method, ""
 	if env.method == methodToolsCall && env.params != nil {
 		if vals, err := jsonx.Members(env.params, "name"); err == nil {
-			if tool, ok := jsonx.UnquoteValue(vals[0]); ok && tool != "" {
-				name += " " + tool
-				attrs = append(attrs, tracing.ToolName.String(tool), tracing.OperationName.String("execute_tool"))
+			if t, ok := jsonx.UnquoteValue(vals[0]); ok && t != "" {
+				name, tool = name+" "+t, t
 			}
 		}
 	}
-	if sid := rc.Request.Header.Peek(headerSessionID); len(sid) > 0 {
-		// The keyed hash logs show: a session id is a credential.
-		attrs = append(attrs, tracing.SessionID.String(h.hashShort(sid)))
+	ctx, span := h.tr.StartServer(h.root, &rc.Request.Header, name)
+	if span.IsRecording() {
+		// Attributes only for sampled spans: an unsampled one still
+		// propagates its context and puts its ids in the logs.
+		attrs := make([]attribute.KeyValue, 0, 9)
+		attrs = append(attrs, tracing.MethodName.String(env.method),
+			tracing.NetTransport.String("tcp"), tracing.NetProtocol.String("http"))
+		if env.id != nil {
+			attrs = append(attrs, tracing.RequestID.String(rpcIDString(env.id)))
+		}
+		if tool != "" {
+			attrs = append(attrs, tracing.ToolName.String(tool), tracing.OperationName.String("execute_tool"))
+		}
+		if sid := rc.Request.Header.Peek(headerSessionID); len(sid) > 0 {
+			// The keyed hash logs show: a session id is a credential.
+			attrs = append(attrs, tracing.SessionID.String(h.hashShort(sid)))
+		}
+		if v := rc.Request.Header.Peek(headerProtocolVersion); len(v) > 0 {
+			attrs = append(attrs, tracing.ProtocolVersion.String(string(v)))
+		}
+		span.SetAttributes(attrs...)
 	}
-	if v := rc.Request.Header.Peek(headerProtocolVersion); len(v) > 0 {
-		attrs = append(attrs, tracing.ProtocolVersion.String(string(v)))
-	}
-	ctx, span := h.tr.StartServer(h.root, &rc.Request.Header, name, attrs...)
 	info.ctx, info.span = ctx, span
 	traceID, spanID := tracing.LogIDs(span)
 	l := h.log.With().Str(logTraceID, traceID).Str(logSpanID, spanID).Logger()
@@ -111,6 +118,10 @@ func rpcIDString(id []byte) string {
 // endSpan ends the request's span with what its log line reports.
 func endSpan(r *reqRecord) {
 	span := r.span
+	if !span.IsRecording() {
+		span.End()
+		return
+	}
 	if r.taskID != "" {
 		span.SetAttributes(tracing.TaskID.String(r.taskID))
 	}
