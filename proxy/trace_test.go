@@ -318,6 +318,9 @@ func BenchmarkTracing(b *testing.B) {
 // Handler without a Tracer allocates exactly what it allocated before
 // tracing existed, and tracing on allocates more, so the budget can fail.
 func TestTracingOffAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation budget: checked without the race detector (.ci/run runs it so)")
+	}
 	measure := func(tr *tracing.Tracer) float64 {
 		tp, req := tracedPassThrough(t, tr)
 		var rc fasthttp.RequestCtx
