@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/taskgate/taskgate/policy"
 	"github.com/taskgate/taskgate/proxy/tracing"
+	"github.com/taskgate/taskgate/taskstore"
 )
 
 // The client's trace context in the tracing tests.
@@ -63,6 +65,12 @@ func (s *syncBuffer) lines(t *testing.T, msg string) []map[string]any {
 // buffer.
 func newTracedEnv(t *testing.T) (*taskEnv, *tracetest.InMemoryExporter, *syncBuffer) {
 	t.Helper()
+	return newTracedEnvCfg(t, Config{})
+}
+
+// newTracedEnvCfg is newTracedEnv with cfg (its Tracer is set here).
+func newTracedEnvCfg(t *testing.T, cfg Config) (*taskEnv, *tracetest.InMemoryExporter, *syncBuffer) {
+	t.Helper()
 	exp := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
@@ -71,7 +79,8 @@ func newTracedEnv(t *testing.T) (*taskEnv, *tracetest.InMemoryExporter, *syncBuf
 		t.Fatal(err)
 	}
 	logs := &syncBuffer{}
-	e := newTaskEnvLog(t, pol, Config{Tracer: tracing.New(tp)}, nil, newFakeUpstream(t), zerolog.New(logs).Level(zerolog.InfoLevel))
+	cfg.Tracer = tracing.New(tp)
+	e := newTaskEnvLog(t, pol, cfg, nil, newFakeUpstream(t), zerolog.New(logs).Level(zerolog.InfoLevel))
 	return e, exp, logs
 }
 
@@ -220,6 +229,61 @@ func TestTracingTaskCall(t *testing.T) {
 	}
 	if !sawCreate {
 		t.Error("no request line for the tools/call")
+	}
+}
+
+// A question of the upstream is an input_required event on the call span;
+// a cancel a stopped event with its reason, and the tasks/cancel span names
+// the task.
+func TestTracingInputRequiredAndCancel(t *testing.T) {
+	e, exp, _ := newTracedEnv(t)
+	who := identity{"Authorization": "Bearer alice-token", "Mcp-Session-Id": "sess-a", "Traceparent": clientParent}
+	task := e.createTask(who, "asker", `{}`, `{}`)
+	e.waitStatus(who, task.TaskID, "input_required")
+	if r := e.call(who, 9, "tasks/cancel", fmt.Sprintf(`{"taskId":%q}`, task.TaskID)); r.Error != nil {
+		t.Fatalf("tasks/cancel: %+v", r.Error)
+	}
+	var call *tracetest.SpanStub
+	pollUntil(t, 5*time.Second, func() bool {
+		call = findSpan(exp.GetSpans(), "tools/call asker", trace.SpanKindClient)
+		return call != nil
+	}, "the background call's span to end")
+	for _, ev := range []string{tracing.EventCreated, tracing.EventInputRequired, tracing.EventStopped} {
+		if !hasEvent(call, ev) {
+			t.Errorf("call span events %v lack %s", call.Events, ev)
+		}
+	}
+	for _, ev := range call.Events {
+		if ev.Name == tracing.EventStopped && !strings.Contains(fmt.Sprint(ev.Attributes), "cancelled by the client") {
+			t.Errorf("stopped event attributes %v, want the cancel's reason", ev.Attributes)
+		}
+	}
+	cancel := findSpan(exp.GetSpans(), "tasks/cancel", trace.SpanKindServer)
+	if cancel == nil || attrOf(cancel, tracing.TaskID) != task.TaskID || cancel.SpanContext.TraceID().String() != clientTraceID {
+		t.Errorf("tasks/cancel span = %+v, want one in the client's trace with mcp.task.id %s", cancel, task.TaskID)
+	}
+}
+
+// A task failed by lease recovery (its runner gone) is a span of its own
+// with a lease_lost event naming the task.
+func TestTracingLeaseLost(t *testing.T) {
+	e, exp, _ := newTracedEnvCfg(t, Config{Lease: 100 * time.Millisecond})
+	owner, _ := e.h.owner(headerOf(alice))
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	id, _ := taskstore.NewID()
+	if err := e.store.Create(context.Background(), &taskstore.Task{
+		ID: id, Owner: owner, Status: taskstore.Working, CreatedAt: now, UpdatedAt: now,
+		TTL: time.Hour, Tool: "echo", UpstreamID: `"x"`, Runner: "dead-process",
+	}, taskstore.CreateOptions{Lease: 50 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	var lost *tracetest.SpanStub
+	pollUntil(t, 5*time.Second, func() bool {
+		lost = findSpan(exp.GetSpans(), "taskgate lease recovery", trace.SpanKindInternal)
+		return lost != nil
+	}, "the lease recovery span")
+	if attrOf(lost, tracing.TaskID) != id || !hasEvent(lost, tracing.EventLeaseLost) {
+		t.Errorf("lease recovery span = %+v, want mcp.task.id %s and a %s event", lost, id, tracing.EventLeaseLost)
 	}
 }
 
