@@ -187,6 +187,7 @@ func (h *Handler) engineHooks() engine.Hooks {
 	if h.tr != nil {
 		hooks.CallContext = callContext
 		hooks.Lost = h.leaseLost
+		hooks.LogContext = logContext
 	}
 	return hooks
 }

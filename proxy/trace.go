@@ -222,6 +222,17 @@ func callContext(ej *engine.Job, ctx context.Context) context.Context {
 	return ctx
 }
 
+// logContext is the engine's LogContext hook: a line written under a
+// span carries its ids.
+func logContext(ctx context.Context, log *zerolog.Logger) *zerolog.Logger {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return log
+	}
+	l := log.With().Str(logTraceID, sc.TraceID().String()).Str(logSpanID, sc.SpanID().String()).Logger()
+	return &l
+}
+
 // leaseLost records a task failed by lease recovery: its own span (the
 // call's trace died with the process that ran it) with a lease_lost event.
 func (h *Handler) leaseLost(t *taskstore.Task) {

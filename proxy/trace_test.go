@@ -236,7 +236,7 @@ func TestTracingTaskCall(t *testing.T) {
 // a cancel a stopped event with its reason, and the tasks/cancel span names
 // the task.
 func TestTracingInputRequiredAndCancel(t *testing.T) {
-	e, exp, _ := newTracedEnv(t)
+	e, exp, logs := newTracedEnv(t)
 	who := identity{"Authorization": "Bearer alice-token", "Mcp-Session-Id": "sess-a", "Traceparent": clientParent}
 	task := e.createTask(who, "asker", `{}`, `{}`)
 	e.waitStatus(who, task.TaskID, "input_required")
@@ -260,7 +260,12 @@ func TestTracingInputRequiredAndCancel(t *testing.T) {
 	}
 	cancel := findSpan(exp.GetSpans(), "tasks/cancel", trace.SpanKindServer)
 	if cancel == nil || attrOf(cancel, tracing.TaskID) != task.TaskID || cancel.SpanContext.TraceID().String() != clientTraceID {
-		t.Errorf("tasks/cancel span = %+v, want one in the client's trace with mcp.task.id %s", cancel, task.TaskID)
+		t.Fatalf("tasks/cancel span = %+v, want one in the client's trace with mcp.task.id %s", cancel, task.TaskID)
+	}
+	// The engine's line, written inside the tasks/cancel request.
+	lines := logs.lines(t, "task cancelled")
+	if len(lines) != 1 || lines[0][logSpanID] != cancel.SpanContext.SpanID().String() || lines[0][logTraceID] != clientTraceID {
+		t.Errorf("task cancelled lines = %v, want one with the tasks/cancel span's ids", lines)
 	}
 }
 

@@ -68,6 +68,10 @@ type Hooks struct {
 	// outcome run under the result. It runs inside Create, once j.Task and
 	// j.Call are set, and must not keep ctx.
 	CallContext func(j *Job, ctx context.Context) context.Context
+	// LogContext returns log with what ctx says about the work it is
+	// written for (the trace ids of its span), for the lines the engine
+	// writes inside a request; nil: log as it is.
+	LogContext func(ctx context.Context, log *zerolog.Logger) *zerolog.Logger
 	// Lost reports a task that lease recovery failed (its runner stopped
 	// renewing the lease), after its "lost" event.
 	Lost func(t *taskstore.Task)
@@ -135,6 +139,14 @@ func New(cfg Config, store taskstore.Store, log *zerolog.Logger, up Upstream, ho
 	go e.recoverLoop()
 	go e.sup.loop()
 	return e
+}
+
+// logAt is the engine's logger for a line written for the work of ctx.
+func (e *Engine) logAt(ctx context.Context) *zerolog.Logger {
+	if e.hooks.LogContext != nil {
+		return e.hooks.LogContext(ctx, e.log)
+	}
+	return e.log
 }
 
 // Root is the engine's context: it ends (cause ErrShutdown) when Close

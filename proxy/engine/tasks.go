@@ -25,7 +25,7 @@ func (e *Engine) Create(ctx context.Context, j *Job, t *taskstore.Task, st polic
 		e.tools.release(t.Tool)
 		e.hooks.event("refused", t.Tool)
 		if !errors.Is(err, taskstore.ErrOwnerLimit) {
-			e.log.Error().Err(err).Str(logTool, t.Tool).Msg("creating a task failed")
+			e.logAt(ctx).Error().Err(err).Str(logTool, t.Tool).Msg("creating a task failed")
 			e.abandonCreate(t)
 		}
 		return err
@@ -112,7 +112,7 @@ func (e *Engine) Cancel(ctx context.Context, owner, taskID, msg string, timed bo
 	if timed {
 		e.hooks.duration(t.Tool, "cancelled", time.Since(t.CreatedAt))
 	}
-	e.log.Info().Str(logTaskID, taskID).Str(logOwner, owner).Msg("task cancelled")
+	e.logAt(ctx).Info().Str(logTaskID, taskID).Str(logOwner, owner).Msg("task cancelled")
 	return t, nil
 }
 
