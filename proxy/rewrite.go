@@ -135,7 +135,7 @@ func (h *Handler) initialize(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 		sid := string(resp.Header.Peek(headerSessionID))
 		if sid != "" {
 			// Before the client learns the id: the session is its own.
-			h.bindSession(sid, cred)
+			h.bindSession(log, sid, cred)
 		}
 		opt := capability.InitOptions{
 			List:   hasAuth || sid != "",
