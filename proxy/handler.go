@@ -20,11 +20,13 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/taskgate/taskgate/policy"
 	"github.com/taskgate/taskgate/proxy/engine"
 	"github.com/taskgate/taskgate/proxy/jsonx"
 	"github.com/taskgate/taskgate/proxy/sysconn"
+	"github.com/taskgate/taskgate/proxy/tracing"
 	"github.com/taskgate/taskgate/proxy/upstream"
 	"github.com/taskgate/taskgate/taskstore"
 )
@@ -111,6 +113,10 @@ type Config struct {
 	// sysconn.Conns (direct system calls, see package sysconn). Default
 	// false: direct calls, which cost less CPU per request.
 	NetIO bool
+	// Tracer makes OpenTelemetry spans of intercepted requests, task calls
+	// and store operations (package tracing). Default nil: no tracing, at
+	// no cost.
+	Tracer *tracing.Tracer
 	// PromoteWindow is how long a tools/call of the MCP 2026-07-28 wire
 	// that may become a task runs before it does: a call that ends sooner
 	// gets its plain result, one whose upstream asks the client something
@@ -203,7 +209,9 @@ type Handler struct {
 	// cancels, messages, leases, limits. root is its context.
 	eng  *engine.Engine
 	root context.Context
-	bg   sync.WaitGroup // housekeeping loops of the wires (the 2026 wire's reaper)
+	// tr makes the spans; nil when tracing is off (trace.go).
+	tr *tracing.Tracer
+	bg sync.WaitGroup // housekeeping loops of the wires (the 2026 wire's reaper)
 }
 
 // SetPolicy replaces the policy for requests that start from now on;
@@ -245,6 +253,9 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 	if m == nil {
 		m = NewMetrics(nil)
 	}
+	if cfg.Tracer != nil {
+		store = cfg.Tracer.Store(store)
+	}
 	up := upstream.New(upstream.Options{
 		URL:               u,
 		RewriteHost:       cfg.RewriteHost,
@@ -263,6 +274,7 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 		m:       m,
 		up:      up,
 		mcpPath: up.Path(),
+		tr:      cfg.Tracer,
 	}
 	h.pol.Store(pol)
 	m.zeroTools(pol.Patterns())
@@ -406,6 +418,9 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 		return
 	}
 	info.method = env.method
+	if h.tr != nil && env.spec.traced() {
+		h.startSpan(rc, &info, &env)
+	}
 	if h.w26.serve(rc, &info, &env) {
 		return
 	}
@@ -454,6 +469,11 @@ type reqInfo struct {
 	// sessionLog is the request's session id as logs show it, when
 	// sessionAllowed found it cached ("": computed for the log line).
 	sessionLog string
+	// span is the request's trace span, ctx h.root with it, log h.log
+	// with its ids; all nil when the request is not traced (trace.go).
+	span trace.Span
+	ctx  context.Context
+	log  *zerolog.Logger
 	// stream is set when the answer streams on after the handler
 	// returns (beginStream): the request is logged and counted when the
 	// stream ends, with the stream's outcome and whole duration.
@@ -472,11 +492,12 @@ type reqRecord struct {
 	taskID     string
 	start      time.Time
 	ttfb       time.Duration // for streams: until the handler returned
+	span       trace.Span    // nil: not traced
 }
 
 func (h *Handler) record(rc *fasthttp.RequestCtx, info *reqInfo, start time.Time) reqRecord {
 	r := reqRecord{id: rc.ID(), status: rc.Response.StatusCode(), method: info.method, outcome: info.outcome,
-		taskID: info.taskID, start: start}
+		taskID: info.taskID, start: start, span: info.span}
 	if h.log.GetLevel() <= zerolog.WarnLevel {
 		r.httpMethod = string(rc.Method())
 		if info.sessionLog != "" {
@@ -551,6 +572,9 @@ func (h *Handler) logRequest(r *reqRecord, dur time.Duration) {
 	}
 	h.m.requests.WithLabelValues(metricMethod(r.method), r.outcome).Inc()
 	h.m.observeRequest(r.method, dur)
+	if r.span != nil {
+		endSpan(r)
+	}
 	lvl := zerolog.InfoLevel
 	if status >= 500 {
 		lvl = zerolog.WarnLevel
@@ -575,6 +599,10 @@ func (h *Handler) logRequest(r *reqRecord, dur time.Duration) {
 	}
 	if r.taskID != "" {
 		e = e.Str(logTaskID, r.taskID)
+	}
+	if r.span != nil {
+		traceID, spanID := tracing.LogIDs(r.span)
+		e = e.Str(logTraceID, traceID).Str(logSpanID, spanID)
 	}
 	e.Msg("request")
 }

@@ -70,9 +70,9 @@ var importRules = []importRule{
 	},
 	{
 		pkgs:   []string{"proxy/engine/..."},
-		forbid: []string{fasthttpPath, "github.com/prometheus/...", "proxy/...", "capability/...", "cmd/..."},
+		forbid: []string{fasthttpPath, "github.com/prometheus/...", "go.opentelemetry.io/...", "proxy/...", "capability/...", "cmd/..."},
 		why: "the task engine knows no wire: not fasthttp, not either era's JSON shapes or scanner, not the upstream's transport " +
-			"(it calls the upstream through its own Upstream interface) and no metrics library (it reports through Hooks)",
+			"(it calls the upstream through its own Upstream interface) and no metrics or tracing library (it reports through Hooks)",
 	},
 	{
 		pkgs:   []string{"proxy/upstream/..."},
@@ -98,6 +98,11 @@ var importRules = []importRule{
 		pkgs:   []string{"proxy/sched/..."},
 		forbid: []string{"..."},
 		why:    "thread scheduling policy system calls: nothing of taskgate",
+	},
+	{
+		pkgs:   []string{"proxy/tracing/..."},
+		forbid: []string{"policy/...", "capability/...", "proxy/engine/...", "proxy/upstream/...", "proxy/wire2026/...", "proxy/stdio/...", "cmd/..."},
+		why:    "tracing makes spans from what its callers tell it and wraps the store: it knows no policy, engine, wire or transport",
 	},
 	{
 		pkgs:   []string{"proxy/stdio/..."},

@@ -218,9 +218,10 @@ func (h *Handler) taskEvent(event, tool string) {
 	h.m.tasks.WithLabelValues(event, h.toolLabel(tool)).Inc()
 }
 
-// engineHooks reports the task engine's events as this Handler's metrics.
+// engineHooks reports the task engine's events as this Handler's metrics
+// and, with tracing on, runs its calls under their spans.
 func (h *Handler) engineHooks() engine.Hooks {
-	return engine.Hooks{
+	hooks := engine.Hooks{
 		TaskEvent: h.taskEvent,
 		TaskDuration: func(tool, status string, age time.Duration) {
 			h.m.taskDur.WithLabelValues(h.toolLabel(tool), status).Observe(age.Seconds())
@@ -237,4 +238,10 @@ func (h *Handler) engineHooks() engine.Hooks {
 			}
 		},
 	}
+	if h.tr != nil {
+		hooks.CallContext = callContext
+		hooks.Lost = h.leaseLost
+		hooks.LogContext = logContext
+	}
+	return hooks
 }

@@ -90,7 +90,7 @@ func (w *modernWire) listen(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		req := fasthttp.AcquireRequest()
 		w.newUpstreamRequest(req, &rc.Request.Header)
 		if err := s.hub.start(w, s, req); err != nil {
-			h.log.Warn().Err(err).Msg("subscriptions/listen: the upstream session's notification stream did not open")
+			h.logOf(info).Warn().Err(err).Msg("subscriptions/listen: the upstream session's notification stream did not open")
 			l.want, ack = map[string]bool{}, []byte(`{}`)
 		}
 	}

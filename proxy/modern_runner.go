@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/taskgate/taskgate/proxy/jsonx"
+	"github.com/taskgate/taskgate/proxy/tracing"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
@@ -210,6 +211,7 @@ func (mj *modernJob) deliver(h *Handler, j *job, answers []keyVal) bool {
 		h.postUpstream(j, p.body)
 	}
 	if none && taken > 0 {
+		j.traceEvent(tracing.EventWorking)
 		h.eng.Working(h.root, &j.Job)
 	}
 	return none
@@ -247,6 +249,7 @@ func (h *Handler) ask(ctx context.Context, j *job, q *question) {
 		q.unstored = true
 		mj.mu.Unlock()
 	}
+	j.traceEvent(tracing.EventInputRequired, tracing.MethodName.String(q.method))
 	h.eng.InputRequired(ctx, &j.Job, q.method)
 	mj.askedOnce.Do(func() { close(mj.asked) })
 }

@@ -82,7 +82,7 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 	if !h.storeTask(rc, info, env, j, t, st, "", "", mj.release) {
 		return
 	}
-	h.log.Info().Str(logTaskID, id).Str(logOwner, owner).Str(logTool, tool).Str("wire", wire2026.ProtocolVersion).
+	h.logOf(info).Info().Str(logTaskID, id).Str(logOwner, owner).Str(logTool, tool).Str("wire", wire2026.ProtocolVersion).
 		Dur("ttl", t.TTL).Msg("task created")
 	h.eng.Start(&j.Job)
 
@@ -350,7 +350,7 @@ func (w *modernWire) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *en
 	info.taskID = taskID
 	switch env.method {
 	case methodTasksGet:
-		t, out, err := h.eng.Outcome(h.root, owner, taskID)
+		t, out, err := h.eng.Outcome(h.ctxOf(info), owner, taskID)
 		if err != nil {
 			h.storeError(rc, info, env.id, err)
 			return
@@ -367,7 +367,7 @@ func (w *modernWire) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *en
 		}
 		h.rpcResult(rc, env.id, []byte(wire2026.Ack))
 	case methodTasksCancel:
-		_, err := h.eng.Cancel(h.root, owner, taskID, "cancelled by the client", false)
+		_, err := h.eng.Cancel(h.ctxOf(info), owner, taskID, "cancelled by the client", false)
 		switch {
 		case errors.Is(err, taskstore.ErrTerminal):
 			// Cancelling a finished task changes nothing and is

@@ -280,12 +280,13 @@ func (w *modernWire) discover(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 		return
 	}
 	id := append([]byte(nil), env.id...)
+	log := h.logOf(info) // not info: the rewrite may run after the handler returned
 	if era == era2026 {
 		h.forwardRewriting(rc, info, id, func(*fasthttp.Response) rewriteFunc {
 			return func(msg []byte) []byte {
 				out, _, err := capability.RewriteDiscover(msg)
 				if err != nil {
-					h.log.Warn().Err(err).Msg("server/discover result not rewritten: malformed upstream answer")
+					log.Warn().Err(err).Msg("server/discover result not rewritten: malformed upstream answer")
 					return msg
 				}
 				return out

@@ -89,6 +89,6 @@ func (o *ownedStream) Close() error {
 func (h *Handler) upstreamFailed(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, err error) {
 	status, msg := upstream.StatusFor(err)
 	info.outcome = "upstream_unreachable"
-	h.log.Warn().Uint64(logReqID, rc.ID()).Str(logRPCMethod, info.method).Err(err).Msg("upstream request failed")
+	h.logOf(info).Warn().Uint64(logReqID, rc.ID()).Str(logRPCMethod, info.method).Err(err).Msg("upstream request failed")
 	h.httpRPCError(rc, status, id, codeInternalError, msg)
 }

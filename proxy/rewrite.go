@@ -130,11 +130,12 @@ func (h *Handler) initialize(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 	hasAuth := len(rc.Request.Header.Peek(fasthttp.HeaderAuthorization)) > 0
 	cred := h.credential(&rc.Request.Header)
 	id := append([]byte(nil), env.id...)
+	log := h.logOf(info) // not info: the rewrite may run after the handler returned
 	h.forwardRewriting(rc, info, id, func(resp *fasthttp.Response) rewriteFunc {
 		sid := string(resp.Header.Peek(headerSessionID))
 		if sid != "" {
 			// Before the client learns the id: the session is its own.
-			h.bindSession(sid, cred)
+			h.bindSession(log, sid, cred)
 		}
 		opt := capability.InitOptions{
 			List:   hasAuth || sid != "",
@@ -143,13 +144,13 @@ func (h *Handler) initialize(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 		return func(msg []byte) []byte {
 			out, ci, err := capability.RewriteInitialize(msg, opt)
 			if err != nil {
-				h.log.Warn().Err(err).Msg("initialize result not rewritten: malformed upstream answer")
+				log.Warn().Err(err).Msg("initialize result not rewritten: malformed upstream answer")
 				return msg
 			}
 			if ci.UpstreamHasTasks {
 				h.nativeOnce.Do(func() {
 					h.native.Store(true)
-					h.log.Info().Str("upstream_version", ci.UpstreamVersion).
+					log.Info().Str("upstream_version", ci.UpstreamVersion).
 						Msg("upstream declares tasks itself: taskgate passes all traffic through unchanged")
 				})
 				return msg
@@ -158,7 +159,7 @@ func (h *Handler) initialize(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 				if err := h.rememberVersion(h.root, sid, ci.UpstreamVersion); err != nil {
 					// Without the version, later requests of the session
 					// would reach the upstream with a version it rejects.
-					h.log.Error().Err(err).Msg("recording the bridged protocol version failed; answering without tasks")
+					log.Error().Err(err).Msg("recording the bridged protocol version failed; answering without tasks")
 					return msg
 				}
 			}
@@ -175,11 +176,12 @@ func (h *Handler) toolsList(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		return
 	}
 	id := append([]byte(nil), env.id...)
+	log := h.logOf(info) // not info: the rewrite may run after the handler returned
 	h.forwardRewriting(rc, info, id, func(*fasthttp.Response) rewriteFunc {
 		return func(msg []byte) []byte {
 			out, err := capability.RewriteToolsList(msg, h.taskSupport)
 			if err != nil {
-				h.log.Warn().Err(err).Msg("tools/list result not rewritten: malformed upstream answer")
+				log.Warn().Err(err).Msg("tools/list result not rewritten: malformed upstream answer")
 				return msg
 			}
 			return out

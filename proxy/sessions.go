@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
 	"github.com/taskgate/taskgate/proxy/jsonx"
@@ -129,12 +130,13 @@ func (c *bindingCache) put(sid string, b binding) {
 
 // bindSession records that the session the upstream just opened belongs to
 // cred. It runs before the client sees the session id. When the store
-// cannot record it, only this replica knows the binding.
-func (h *Handler) bindSession(sid, cred string) {
+// cannot record it, only this replica knows the binding (logged to log,
+// the initialize request's logger).
+func (h *Handler) bindSession(log *zerolog.Logger, sid, cred string) {
 	now := time.Now()
 	h.bindings.put(sid, binding{cred: cred, checked: now, refreshed: now, logID: h.hashShort([]byte(sid))})
 	if err := h.store.BindSession(h.root, h.sessionKey([]byte(sid)), cred, sessionBindTTL); err != nil {
-		h.log.Warn().Err(err).Msg("recording the session's owner failed; only this replica enforces it")
+		log.Warn().Err(err).Msg("recording the session's owner failed; only this replica enforces it")
 	}
 }
 

@@ -58,7 +58,7 @@ func TestGetStreamQuestionAttributed(t *testing.T) {
 // client; the call's end ends it upstream.
 func TestSessionBindingAndDeferredClose(t *testing.T) {
 	e := newTaskEnv(t, "", Config{})
-	e.h.bindSession("sess-a", e.h.credential(requestHeader(alice)))
+	e.h.bindSession(&e.h.log, "sess-a", e.h.credential(requestHeader(alice)))
 	bob := identity{"Authorization": "Bearer bob-token", "Mcp-Session-Id": "sess-a"}
 	noAuth := identity{"Mcp-Session-Id": "sess-a"}
 	before := len(requestsOf(e.up))
@@ -139,7 +139,7 @@ func (e *taskEnv) httpDo(who identity, method string) int {
 func checkBound(t *testing.T, who identity) (*Handler, *fasthttp.RequestCtx) {
 	t.Helper()
 	e := newTaskEnv(t, "", Config{})
-	e.h.bindSession("sess-a", e.h.credential(requestHeader(alice)))
+	e.h.bindSession(&e.h.log, "sess-a", e.h.credential(requestHeader(alice)))
 	var rc fasthttp.RequestCtx
 	for k, v := range who {
 		rc.Request.Header.Set(k, v)
@@ -225,7 +225,7 @@ func BenchmarkSessionCheck(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = h.Close(context.Background()) })
-	h.bindSession("sess-a", h.credential(requestHeader(alice)))
+	h.bindSession(&h.log, "sess-a", h.credential(requestHeader(alice)))
 	var rc fasthttp.RequestCtx
 	for k, v := range alice {
 		rc.Request.Header.Set(k, v)

@@ -15,6 +15,7 @@ import (
 	"github.com/taskgate/taskgate/proxy/jsonx"
 	"github.com/taskgate/taskgate/proxy/sse"
 	"github.com/taskgate/taskgate/proxy/sysconn"
+	"github.com/taskgate/taskgate/proxy/tracing"
 	"github.com/taskgate/taskgate/proxy/upstream"
 	"github.com/taskgate/taskgate/taskstore"
 )
@@ -126,6 +127,7 @@ func (h *Handler) relayRequest(ctx context.Context, j *job, env *envelope, msg [
 		h.postUpstream(j, appendErrorResponse(nil, env.id, codeInternalError, "taskgate: "+msgStoreUnavailable))
 		return
 	}
+	j.traceEvent(tracing.EventInputRequired, tracing.MethodName.String(env.method))
 	h.eng.Enqueue(ctx, &j.Job, taskstore.KindRequest, out, env.method)
 }
 

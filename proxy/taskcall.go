@@ -7,8 +7,11 @@ import (
 	"fmt"
 
 	"github.com/valyala/fasthttp"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/taskgate/taskgate/proxy/engine"
+	"github.com/taskgate/taskgate/proxy/tracing"
 	"github.com/taskgate/taskgate/proxy/upstream"
 )
 
@@ -29,6 +32,9 @@ type job struct {
 	// about three times as much memory per call.
 	hdr    []byte
 	modern *modernJob // set for tasks created on the 2026-07-28 wire
+	// span is the call's trace span (nil when not traced); set before the
+	// task is stored, ended by Ended.
+	span trace.Span
 	// sent and sendErr are what taskUpstream.Send left for Call: the
 	// 2025-era call's request written, or why writing it failed.
 	sent    *upstream.Call
@@ -111,7 +117,11 @@ func (u *taskUpstream) Call(ctx context.Context, ej *engine.Job) engine.Result {
 }
 
 // Stopped tells the upstream to stop the call.
-func (u *taskUpstream) Stopped(ej *engine.Job, reason string) { u.h.notifyCancelled(jobOf(ej), reason) }
+func (u *taskUpstream) Stopped(ej *engine.Job, reason string) {
+	j := jobOf(ej)
+	j.traceEvent(tracing.EventStopped, attribute.String("reason", reason))
+	u.h.notifyCancelled(j, reason)
+}
 
 // Answers posts the client's answers upstream.
 func (u *taskUpstream) Answers(ctx context.Context, ej *engine.Job) {
@@ -125,6 +135,7 @@ func (u *taskUpstream) CloseSession(ej *engine.Job) { u.h.closeUpstreamSession(j
 // sent).
 func (u *taskUpstream) Ended(ej *engine.Job) {
 	j := jobOf(ej)
+	j.endCall()
 	if j.sent != nil { // sent, never read (Call panicked)
 		j.sent.Done()
 		j.sent = nil

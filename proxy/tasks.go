@@ -107,7 +107,7 @@ func (h *Handler) noVersionTaskCall(rc *fasthttp.RequestCtx, info *reqInfo, env 
 	if !h.warnedOnce(id) {
 		return
 	}
-	h.log.Warn().Str(logSession, id).
+	h.logOf(info).Warn().Str(logSession, id).
 		Msg("task-augmented tools/call without the MCP-Protocol-Version header: served as a plain call, no task " +
 			"(a request without the header is at 2025-03-26, which has no tasks); the client must send MCP-Protocol-Version: 2025-11-25")
 }
@@ -194,7 +194,7 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 	if !h.storeTask(rc, info, env, j, t, st, group, upSess, nil) {
 		return
 	}
-	h.log.Info().Str(logTaskID, id).Str(logOwner, owner).Str(logTool, tool).
+	h.logOf(info).Info().Str(logTaskID, id).Str(logOwner, owner).Str(logTool, tool).
 		Dur("ttl", t.TTL).Msg("task created")
 	h.eng.Start(&j.Job)
 
@@ -231,10 +231,18 @@ func (h *Handler) reserveTaskCall(rc *fasthttp.RequestCtx, info *reqInfo, env *e
 // concurrency slot; j's request), answers the client with the reason and
 // returns false.
 func (h *Handler) storeTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, j *job, t *taskstore.Task, st policy.Settings, session, upSession string, release func()) bool {
-	err := h.eng.Create(&j.Job, t, st, j, session, upSession)
+	ctx := h.ctxOf(info)
+	if info.span != nil {
+		ctx = h.traceCall(info, j, t)
+	}
+	err := h.eng.Create(ctx, &j.Job, t, st, j, session, upSession)
 	if err == nil {
+		if j.span != nil {
+			j.tracedCreated(info)
+		}
 		return true
 	}
+	j.failCall(err)
 	if release != nil {
 		release()
 	}
@@ -274,7 +282,7 @@ func (h *Handler) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 		return
 	}
 	info.taskID = taskID
-	ctx := h.root
+	ctx := h.ctxOf(info)
 	switch env.method {
 	case methodTasksGet:
 		t, err := h.eng.Get(ctx, owner, taskID)
@@ -389,7 +397,7 @@ func (h *Handler) storeError(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, 
 	case errors.Is(err, taskstore.ErrTerminal):
 		h.rpcError(rc, info, id, newRPCError(codeInvalidParams, "taskgate: task already finished"))
 	default:
-		h.log.Error().Err(err).Str(logRPCMethod, info.method).Msg("task store operation failed")
+		h.logOf(info).Error().Err(err).Str(logRPCMethod, info.method).Msg("task store operation failed")
 		h.rpcError(rc, info, id, newRPCError(codeInternalError, msgStoreUnavailable))
 	}
 }
@@ -535,7 +543,7 @@ func (h *Handler) awaitResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte,
 func (h *Handler) awaitJSONResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, owner, taskID string, j *job) {
 	// A client that leaves ends the wait at once; a shutdown only once
 	// this process's calls have recorded their outcomes (WaitRoot).
-	ctx, cancel := context.WithCancel(h.eng.WaitRoot())
+	ctx, cancel := context.WithCancel(h.waitCtxOf(info))
 	var left atomic.Bool
 	unwatch := sysconn.WatchClose(rc.Conn(), func() { left.Store(true); cancel() })
 	h.m.waiters.Inc()
@@ -587,7 +595,7 @@ func (h *Handler) localResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte,
 	if !j.Queued() {
 		// A client that leaves ends the wait at once; a shutdown only
 		// once this call has recorded its outcome (WaitRoot).
-		ctx, cancel := context.WithCancel(h.eng.WaitRoot())
+		ctx, cancel := context.WithCancel(h.waitCtxOf(info))
 		var left atomic.Bool
 		unwatch := sysconn.WatchClose(rc.Conn(), func() { left.Store(true); cancel() })
 		stream := time.NewTimer(h.cfg.KeepAlive)
@@ -716,6 +724,7 @@ func (h *Handler) startResultStream(rc *fasthttp.RequestCtx, info *reqInfo, id [
 	// conn, only to see the client leave, until the writer returns; w is
 	// valid until then too.
 	conn := rc.Conn()
+	parent := h.waitCtxOf(info) // WaitRoot with the request's trace span, when traced
 	se := h.beginStream(info)
 	h.eng.Enter()
 	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
@@ -727,7 +736,7 @@ func (h *Handler) startResultStream(rc *fasthttp.RequestCtx, info *reqInfo, id [
 		var left atomic.Bool
 		// WaitRoot: on shutdown the wait goes on until this process's
 		// calls have recorded their outcomes, so it ends with one.
-		ctx, cancel := context.WithCancel(h.eng.WaitRoot())
+		ctx, cancel := context.WithCancel(parent)
 		defer cancel()
 		defer sysconn.WatchClose(conn, func() { left.Store(true); cancel() })()
 		fmt.Fprintf(w, "id: %s\nretry: %d\ndata: \n\n", evID, resumeRetryMs)

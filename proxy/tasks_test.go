@@ -71,6 +71,12 @@ func newTaskEnvWrapped(t *testing.T, policyYAML string, cfg Config, wrap func(ta
 // newTaskEnvOn is newTaskEnvWrapped in front of up.
 func newTaskEnvOn(t *testing.T, pol *policy.Policy, cfg Config, wrap func(taskstore.Store) taskstore.Store, up *fakeUpstream) *taskEnv {
 	t.Helper()
+	return newTaskEnvLog(t, pol, cfg, wrap, up, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel))
+}
+
+// newTaskEnvLog is newTaskEnvOn with the Handler logging to log.
+func newTaskEnvLog(t *testing.T, pol *policy.Policy, cfg Config, wrap func(taskstore.Store) taskstore.Store, up *fakeUpstream, log zerolog.Logger) *taskEnv {
+	t.Helper()
 	store, closeStore, err := taskstore.NewEmbedded(taskstore.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +92,7 @@ func newTaskEnvOn(t *testing.T, pol *policy.Policy, cfg Config, wrap func(taskst
 	if wrap != nil {
 		hs = wrap(store)
 	}
-	h, err := New(cfg, pol, hs, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), nil)
+	h, err := New(cfg, pol, hs, log, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -110,7 +110,7 @@ func (u *fakeUpstream) toolCalls() int {
 
 func (u *fakeUpstream) serve(rc *fasthttp.RequestCtx) {
 	hdr := map[string]string{}
-	for _, k := range []string{"Mcp-Session-Id", "Authorization", "Mcp-Protocol-Version", "Last-Event-Id", "X-Custom"} {
+	for _, k := range []string{"Mcp-Session-Id", "Authorization", "Mcp-Protocol-Version", "Last-Event-Id", "X-Custom", "Traceparent"} {
 		if v := rc.Request.Header.Peek(k); len(v) > 0 {
 			hdr[k] = string(v)
 		}

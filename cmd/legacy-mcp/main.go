@@ -27,7 +27,8 @@
 // everything.go). --diagnostics adds what the suite's 2026-07-28
 // server-stateless scenario calls (test_missing_capability,
 // test_streaming_elicitation, test_logging_tool, test_trigger_tool_change;
-// see diagnostics.go).
+// see diagnostics.go). --trace-tool adds traceparent, which returns the
+// traceparent header its call arrived with (tracing.go).
 //
 // It prints "listening on http://ADDR/PATH" to stderr once it accepts
 // connections, and shuts down gracefully on SIGINT or SIGTERM. With
@@ -72,6 +73,7 @@ type config struct {
 	fixtures           bool          // add the conformance fixture tools
 	everything         bool          // add what the 2025-era conformance server scenarios call
 	diagnostics        bool          // add what the 2026-era server-stateless scenario calls
+	traceTool          bool          // add the traceparent tool
 }
 
 // usageNote heads --help: what the program is, and that it is a
@@ -129,6 +131,7 @@ func parseFlags(args []string, out io.Writer) (config, error) {
 	fs.BoolVar(&cfg.anyHost, "any-host", false, "accept requests with any Host header on a loopback address (disables the SDK's DNS rebinding protection)")
 	fs.BoolVar(&cfg.fixtures, "fixtures", false, "add the tools the official conformance suite's tasks scenarios call (greet, slow_compute, failing_job, protocol_error_job, confirm_delete, multi_input, test_tool_with_task)")
 	fs.BoolVar(&cfg.diagnostics, "diagnostics", false, "add the tools the official conformance suite's 2026-07-28 server-stateless scenario calls (test_missing_capability, test_streaming_elicitation, test_logging_tool, test_trigger_tool_change)")
+	fs.BoolVar(&cfg.traceTool, "trace-tool", false, "add the traceparent tool, which returns the W3C traceparent header its call arrived with (tracing tests)")
 	fs.BoolVar(&cfg.everything, "everything", false, "add the tools (test_*), resources, prompts, completions and subscriptions the official conformance suite's 2025-era server scenarios call")
 	fs.DurationVar(&cfg.shutdownTimeout, "shutdown-timeout", 5*time.Second, "at shutdown, how long running requests may take before they are cut")
 	if err := fs.Parse(args); err != nil {

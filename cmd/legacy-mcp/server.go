@@ -145,6 +145,9 @@ func newServer(root context.Context, cfg config, log *slog.Logger) *mcp.Server {
 	if cfg.everything {
 		addEverything(t, s)
 	}
+	if cfg.traceTool {
+		addTraceTool(t, s)
+	}
 	if cfg.diagnostics {
 		addDiagnostics(t, s)
 	}

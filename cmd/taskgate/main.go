@@ -589,6 +589,13 @@ func (g *gateway) newHandler() error {
 		})
 		upstream, g.upName, dial = stdio.UpstreamURL, "stdio", children.Dial
 	}
+	tracer, stopTracing, err := setupTracing(g.log)
+	if err != nil {
+		return startErr(2, err)
+	}
+	// Undone after the handler's Close (undo runs in reverse): the calls'
+	// spans end there.
+	g.undo = append(g.undo, stopTracing)
 	h, err := proxy.New(proxy.Config{
 		Upstream:          upstream,
 		Dial:              dial,
@@ -611,6 +618,7 @@ func (g *gateway) newHandler() error {
 		TaskBurst:         o.taskBurst,
 		NetIO:             !o.directIO,
 		UpstreamTLS:       g.upTLS,
+		Tracer:            tracer,
 	}, g.pol, g.st.store, g.log, newMetrics(g.reg))
 	if err != nil {
 		return startErr(2, err)

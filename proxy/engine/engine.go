@@ -42,7 +42,7 @@ type Config struct {
 	HoldFor, HoldYoung time.Duration
 }
 
-// Hooks are the engine's metrics. Each may be nil.
+// Hooks are the engine's metrics and tracing. Each may be nil.
 type Hooks struct {
 	// TaskEvent counts a task lifecycle event ("created", "refused",
 	// "completed", "failed", "cancelled", "expired", "lost", "dropped",
@@ -63,6 +63,18 @@ type Hooks struct {
 	// and whether it failed (an answer the store's contract foresees, such
 	// as not found, is no failure).
 	StoreOp func(op string, d time.Duration, failed bool)
+	// CallContext returns ctx with the wire's values for j's call (its
+	// trace span); j's call, its supervision and the recording of its
+	// outcome run under the result. It runs inside Create, once j.Task and
+	// j.Call are set, and must not keep ctx.
+	CallContext func(j *Job, ctx context.Context) context.Context
+	// LogContext returns log with what ctx says about the work it is
+	// written for (the trace ids of its span), for the lines the engine
+	// writes inside a request; nil: log as it is.
+	LogContext func(ctx context.Context, log *zerolog.Logger) *zerolog.Logger
+	// Lost reports a task that lease recovery failed (its runner stopped
+	// renewing the lease), after its "lost" event.
+	Lost func(t *taskstore.Task)
 }
 
 func (h *Hooks) event(event, tool string) {
@@ -132,6 +144,14 @@ func New(cfg Config, store taskstore.Store, log *zerolog.Logger, up Upstream, ho
 	go e.recoverLoop()
 	go e.sup.loop()
 	return e
+}
+
+// logAt is the engine's logger for a line written for the work of ctx.
+func (e *Engine) logAt(ctx context.Context) *zerolog.Logger {
+	if e.hooks.LogContext != nil {
+		return e.hooks.LogContext(ctx, e.log)
+	}
+	return e.log
 }
 
 // Root is the engine's context: it ends (cause ErrShutdown) when Close
@@ -272,6 +292,9 @@ func (e *Engine) recoverLoop() {
 				e.hooks.duration(t.Tool, "lost", time.Since(t.CreatedAt))
 				e.log.Warn().Str(logTaskID, t.ID).Str(logOwner, t.Owner).Str("runner", t.Runner).
 					Msg("task failed: its runner stopped renewing the lease")
+				if e.hooks.Lost != nil {
+					e.hooks.Lost(&t)
+				}
 			}
 		}()
 		select {
@@ -301,4 +324,6 @@ const (
 	logTool      = "tool"
 	logOwner     = "owner"
 	logRPCMethod = "rpc_method"
+	logTraceID   = "trace_id"
+	logSpanID    = "span_id"
 )

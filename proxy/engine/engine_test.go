@@ -104,7 +104,7 @@ func (e *testEngine) start(t *testing.T, owner, tool string, st policy.Settings)
 	task := &taskstore.Task{ID: id, Owner: owner, Status: taskstore.Working, CreatedAt: now, UpdatedAt: now,
 		TTL: time.Hour, Tool: tool, UpstreamID: `"` + nonce + `"`, Runner: "test"}
 	j := new(Job)
-	if err := e.Create(j, task, st, nil, "", ""); err != nil {
+	if err := e.Create(context.Background(), j, task, st, nil, "", ""); err != nil {
 		return nil, err
 	}
 	e.Start(j)

@@ -127,10 +127,21 @@ type Job struct {
 type JobLog struct {
 	l            *zerolog.Logger
 	taskID, tool string
+	// traceID and spanID name the call's trace span ("" when the call is
+	// not traced).
+	traceID, spanID string
 }
 
+// SetTrace makes the task's lines carry the trace_id and span_id of its
+// call's span. Call it before the job starts (Engine.Start).
+func (l *JobLog) SetTrace(traceID, spanID string) { l.traceID, l.spanID = traceID, spanID }
+
 func (l JobLog) with(e *zerolog.Event) *zerolog.Event {
-	return e.Str(logTaskID, l.taskID).Str(logTool, l.tool)
+	e = e.Str(logTaskID, l.taskID).Str(logTool, l.tool)
+	if l.traceID != "" {
+		e = e.Str(logTraceID, l.traceID).Str(logSpanID, l.spanID)
+	}
+	return e
 }
 
 // Debug starts a debug line of the task.
@@ -154,7 +165,11 @@ func (e *Engine) initJob(j *Job, t *taskstore.Task, st policy.Settings, call any
 	if exp := t.ExpiresAt(); exp.Before(j.deadline) {
 		j.deadline, j.deadlineCause = exp, ErrExpired
 	}
-	j.ctx, j.cancel = context.WithCancelCause(e.root)
+	ctx := e.root
+	if e.hooks.CallContext != nil {
+		ctx = e.hooks.CallContext(j, ctx)
+	}
+	j.ctx, j.cancel = context.WithCancelCause(ctx)
 }
 
 // Settled returns a channel closed once the runner has nothing more to
@@ -394,7 +409,9 @@ func (e *Engine) finish(j *Job, res Result) {
 	}
 	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 2*time.Second) {
 		var ft *taskstore.Task
-		ft, err = e.store.Finish(context.Background(), t.Owner, t.ID, res.Status, res.Message, res.Outcome)
+		// The call's values (its trace span), not its cancellation: the
+		// outcome is recorded after a cancel or at shutdown too.
+		ft, err = e.store.Finish(context.WithoutCancel(j.ctx), t.Owner, t.ID, res.Status, res.Message, res.Outcome)
 		if err == nil {
 			j.finalTask, j.finalOut = ft, &res.Outcome
 		}

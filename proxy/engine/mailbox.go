@@ -106,7 +106,7 @@ func (e *Engine) AskFor(ctx context.Context, owner, session, taskID, qid, method
 		return fmt.Errorf("%w: %w", ErrNotPending, err)
 	}
 	if _, err := e.store.Update(ctx, owner, taskID, taskstore.InputRequired, "waiting for the client to answer "+method); err != nil {
-		e.log.Debug().Err(err).Msg("moving the task to input_required failed")
+		e.logAt(ctx).Debug().Err(err).Msg("moving the task to input_required failed")
 	}
 	_, err := e.store.Enqueue(ctx, owner, taskID, taskstore.KindRequest, msg, e.cfg.QueueMax)
 	return err

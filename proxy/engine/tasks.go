@@ -16,14 +16,16 @@ import (
 // error: taskstore.ErrOwnerLimit when the owner has MaxTasksPerOwner
 // unfinished tasks, else the store's (the task is then failed in the
 // background, in case the store did create it although the answer was
-// lost). The caller frees call's resources on an error.
-func (e *Engine) Create(j *Job, t *taskstore.Task, st policy.Settings, call any, session, upSession string) error {
-	err := e.store.Create(e.root, t, taskstore.CreateOptions{MaxPerOwner: max(e.cfg.MaxTasksPerOwner, 0), Lease: LeaseTTL(e.cfg.Lease)})
+// lost). The caller frees call's resources on an error. ctx carries the
+// request's values (its trace span); the store's own timeout bounds the
+// operation.
+func (e *Engine) Create(ctx context.Context, j *Job, t *taskstore.Task, st policy.Settings, call any, session, upSession string) error {
+	err := e.store.Create(ctx, t, taskstore.CreateOptions{MaxPerOwner: max(e.cfg.MaxTasksPerOwner, 0), Lease: LeaseTTL(e.cfg.Lease)})
 	if err != nil {
 		e.tools.release(t.Tool)
 		e.hooks.event("refused", t.Tool)
 		if !errors.Is(err, taskstore.ErrOwnerLimit) {
-			e.log.Error().Err(err).Str(logTool, t.Tool).Msg("creating a task failed")
+			e.logAt(ctx).Error().Err(err).Str(logTool, t.Tool).Msg("creating a task failed")
 			e.abandonCreate(t)
 		}
 		return err
@@ -110,7 +112,7 @@ func (e *Engine) Cancel(ctx context.Context, owner, taskID, msg string, timed bo
 	if timed {
 		e.hooks.duration(t.Tool, "cancelled", time.Since(t.CreatedAt))
 	}
-	e.log.Info().Str(logTaskID, taskID).Str(logOwner, owner).Msg("task cancelled")
+	e.logAt(ctx).Info().Str(logTaskID, taskID).Str(logOwner, owner).Msg("task cancelled")
 	return t, nil
 }
 
