@@ -402,7 +402,7 @@ func (w *modernWire) appendGet(dst []byte, t *taskstore.Task, out *taskstore.Out
 	case t.Status == taskstore.Completed || t.Status == taskstore.Failed && out != nil && out.Kind == taskstore.OutcomeResult:
 		wt.Status = string(taskstore.Completed)
 		if out != nil {
-			d.Result = out.Raw
+			d.Result = completeResult(out.Raw)
 		}
 	case t.Status == taskstore.Failed && out != nil && out.Kind == taskstore.OutcomeError:
 		d.Error = modernTaskError(out.Raw)
@@ -422,6 +422,28 @@ func (w *modernWire) appendGet(dst []byte, t *taskstore.Task, out *taskstore.Out
 		}
 	}
 	return wire2026.AppendGetResult(dst, &wt, d)
+}
+
+// completeResult returns a stored tool result as the 2026 wire inlines it
+// in a completed task: a CallToolResult of that revision, which carries
+// resultType "complete". A 2025 upstream's result has no resultType, so it
+// gets one as its first member; a 2026 upstream's result has it already
+// and is returned as it is, and so is anything that is not a JSON object.
+func completeResult(res []byte) []byte {
+	start := jsonx.SkipSpace(res, 0)
+	if start >= len(res) || res[start] != '{' {
+		return res
+	}
+	if vals, err := jsonx.Members(res, "resultType"); err != nil || vals[0] != nil {
+		return res
+	}
+	i := jsonx.SkipSpace(res, start+1)
+	out := make([]byte, 0, len(res)+len(`"resultType":"complete",`))
+	out = append(out, `{"resultType":"complete"`...)
+	if res[i] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, res[i:]...)
 }
 
 // openRequests returns the open questions of t as an InputRequests object,

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/taskgate/taskgate/taskstore"
 )
 
 func TestParseModernMeta(t *testing.T) {
@@ -312,6 +314,49 @@ func BenchmarkTaskCreateByEra(b *testing.B) {
 					b.Fatalf("status %d: %s", rc.Response.StatusCode(), rc.Response.Body())
 				}
 				rc.Response.Reset()
+			}
+		})
+	}
+}
+
+// TestAppendGetInlineResult: a completed task's inline result is a 2026
+// CallToolResult, which requires resultType "complete" (M-24): a 2025
+// upstream's stored result gets it, a 2026 upstream's keeps its own, and
+// the rest of the result is unchanged. The same holds for a tool result
+// with isError true, which the 2025 view stores as failed.
+func TestAppendGetInlineResult(t *testing.T) {
+	tp := newTestProxy(t, jsonAnswer(`{"jsonrpc":"2.0","id":7,"result":{}}`))
+	// (One request, so the test server runs before its cleanup stops it.)
+	if r := tp.do(modernPost("tasks/get", `{"taskId":"none"}`, `{"extensions":{"io.modelcontextprotocol/tasks":{}}}`, "none")); !strings.Contains(string(r.Body()), "-32602") {
+		t.Fatalf("tasks/get of an unknown task: %s", r.Body())
+	}
+	now := time.Now()
+	tests := []struct {
+		name, raw, want string
+		status          taskstore.Status
+	}{
+		{"2025 result", `{"content":[{"type":"text","text":"hi"}]}`,
+			`{"resultType":"complete","content":[{"type":"text","text":"hi"}]}`, taskstore.Completed},
+		{"2025 isError result", `{"content":[{"type":"text","text":"no"}],"isError":true}`,
+			`{"resultType":"complete","content":[{"type":"text","text":"no"}],"isError":true}`, taskstore.Failed},
+		{"2026 result", `{"content":[],"resultType":"complete"}`, `{"content":[],"resultType":"complete"}`, taskstore.Completed},
+		{"empty object", `{ }`, `{"resultType":"complete"}`, taskstore.Completed},
+		{"leading space", ` {"content":[]}`, `{"resultType":"complete","content":[]}`, taskstore.Completed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			task := &taskstore.Task{ID: "t1", Status: tt.status, CreatedAt: now, UpdatedAt: now, TTL: time.Minute}
+			got := tp.h.w26.appendGet(nil, task, &taskstore.Outcome{Kind: taskstore.OutcomeResult, Raw: []byte(tt.raw)}, nil)
+			var res struct {
+				ResultType string          `json:"resultType"`
+				Status     string          `json:"status"`
+				Result     json.RawMessage `json:"result"`
+			}
+			if err := json.Unmarshal(got, &res); err != nil {
+				t.Fatalf("appendGet = %s: %v", got, err)
+			}
+			if res.ResultType != "complete" || res.Status != "completed" || string(res.Result) != tt.want {
+				t.Errorf("appendGet(%s) = %s; want resultType complete, status completed, result %s", tt.raw, got, tt.want)
 			}
 		})
 	}
