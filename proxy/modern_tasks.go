@@ -69,7 +69,7 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 
 	mj := newModernJob(era, m, params)
 	req := fasthttp.AcquireRequest()
-	if err := w.prepareCall(rc, req, owner, era, mj); err != nil {
+	if err := w.prepareCall(rc, req, era, mj); err != nil {
 		fasthttp.ReleaseRequest(req)
 		h.eng.ReleaseTool(tool)
 		h.upstreamFailed(rc, info, env.id, err)

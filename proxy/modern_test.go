@@ -3,7 +3,9 @@ package proxy
 import (
 	"encoding/json"
 	"io"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -359,5 +361,67 @@ func TestAppendGetInlineResult(t *testing.T) {
 				t.Errorf("appendGet(%s) = %s; want resultType complete, status completed, result %s", tt.raw, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestBridgeSessionsAnonymous: a bridged request without credentials gets
+// an upstream session of its own, in no map, closed (DELETE) once released;
+// requests with the same credentials share one session.
+func TestBridgeSessionsAnonymous(t *testing.T) {
+	var n atomic.Int32
+	tp := newTestProxy(t, func(rc *fasthttp.RequestCtx) {
+		if rc.IsPost() && strings.Contains(string(rc.PostBody()), `"initialize"`) {
+			rc.Response.Header.Set("Mcp-Session-Id", "s"+strconv.Itoa(int(n.Add(1))))
+			rc.SetContentType("application/json")
+			rc.SetBodyString(`{"jsonrpc":"2.0","id":"taskgate-bridge-init","result":{"protocolVersion":"2025-11-25","capabilities":{}}}`)
+			return
+		}
+		rc.SetStatusCode(fasthttp.StatusAccepted)
+	})
+	// (One request, so the test server runs before its cleanup stops it.)
+	tp.do(modernPost("tasks/get", `{"taskId":"none"}`, `{"extensions":{"io.modelcontextprotocol/tasks":{}}}`, "none"))
+	w := tp.h.w26
+	var anon fasthttp.RequestHeader
+	a, err := w.session(&anon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := w.session(&anon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a == b || a.sid == b.sid {
+		t.Fatalf("two requests without credentials share the upstream session %q", a.sid)
+	}
+	if len(w.sessions.m) != 0 {
+		t.Errorf("%d shared sessions after anonymous requests, want none", len(w.sessions.m))
+	}
+	a.done()
+	b.done()
+	w.sessions.closing.Wait()
+	deleted := map[string]bool{}
+	for _, r := range tp.up.requests() {
+		if string(r.Header.Method()) == fasthttp.MethodDelete {
+			deleted[string(r.Header.Peek("Mcp-Session-Id"))] = true
+		}
+	}
+	if !deleted[a.sid] || !deleted[b.sid] {
+		t.Errorf("released private sessions %q and %q: DELETEs seen for %v, want both", a.sid, b.sid, deleted)
+	}
+
+	var alice fasthttp.RequestHeader
+	alice.Set("Authorization", "Bearer alice")
+	c, err := w.session(&alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.done()
+	d, err := w.session(&alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.done()
+	if c != d {
+		t.Errorf("two requests with the same credentials got sessions %q and %q, want one", c.sid, d.sid)
 	}
 }
