@@ -33,7 +33,7 @@ func thoughtHistoryLength(t *testing.T, c *modernClient, n int) int {
 	return res.StructuredContent.ThoughtHistoryLength
 }
 
-// TestModernAnonymousIsolation: four separate 2026 clients without
+// TestModernAnonymousIsolation (M-35): four separate 2026 clients without
 // Authorization, in front of a stateful stdio server (the reference
 // sequential-thinking server keeps every thought of its session): each
 // sees only its own thought, whether it declares nothing, elicitation

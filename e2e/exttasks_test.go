@@ -131,7 +131,7 @@ func rawError(t *testing.T, r reply) json.RawMessage {
 	return m.Error
 }
 
-// TestExtTasksSchemas renders every kind of 2026 answer through the real
+// TestExtTasksSchemas (M-24) renders every kind of 2026 answer through the real
 // taskgate binary in front of each upstream era (legacy-mcp --fixtures at
 // 2025-11-25 and on the 2026 wire) and validates each against the schema
 // ext-tasks 0.2.2 decodes it with: immediate and input-required tools/call

@@ -70,7 +70,8 @@
 // tasks/update, tasks/cancel, signed requestState), modern_runner.go (the
 // questions of a running call, answers from any replica, the retries of a
 // 2026 upstream), modern_upstream.go (the upstream's era, the bridge to a
-// 2025 upstream with its owner-bound sessions). The engine's upstream calls
+// 2025 upstream with its credential-bound sessions and the private
+// sessions of requests without credentials). The engine's upstream calls
 // into them at one point each (taskUpstream.Call, relayRequest,
 // relayNotification, deliverAnswers, notifyCancelled) for jobs with a
 // modernJob.
@@ -554,4 +555,18 @@
 //     (listChanged) among those asked for, every notification on the
 //     stream carries the listen request's id as its subscriptionId, and
 //     only the kinds asked for are sent.
+//   - M-24: every answer of this wire passes the revision's schemas as the
+//     official requester library (ext-tasks) decodes them: resultType
+//     "complete" on tasks/get, on the acks and on plain results, "task" only
+//     on CreateTaskResult, and a completed task's inline result is a
+//     CallToolResult with resultType "complete" (a 2025 upstream's stored
+//     result gets it when rendered).
+//   - M-34: a plain call whose request carries a progressToken gets the
+//     upstream's progress for that token on its own answer (and the log
+//     messages of M-32), as an SSE stream, each as it comes and before the
+//     result; closing that stream cancels the call at the upstream.
+//   - M-35: a request without credentials never meets upstream state that
+//     another request created: in front of a 2025 upstream each gets an
+//     upstream session of its own, closed when it ends (anonymous.md says
+//     why per request); tasks it creates are read through their ids only.
 package proxy

@@ -364,7 +364,7 @@ func TestAppendGetInlineResult(t *testing.T) {
 	}
 }
 
-// TestBridgeSessionsAnonymous: a bridged request without credentials gets
+// TestBridgeSessionsAnonymous (M-35): a bridged request without credentials gets
 // an upstream session of its own, in no map, closed (DELETE) once released;
 // requests with the same credentials share one session.
 func TestBridgeSessionsAnonymous(t *testing.T) {
