@@ -275,3 +275,57 @@ func TestExtTasksSchemas(t *testing.T) {
 		})
 	}
 }
+
+// TestExtTasksClient (M-24) drives the official requester library itself
+// (ext-tasks 0.2.2's withTasks session; testdata/exttasks-schemas/client.mjs
+// frames its requests for the 2026 wire) through taskgate in front of each
+// upstream era: an immediate result, a task that completes, one with an
+// isError result, one that fails with the upstream's JSON-RPC error, input
+// inside a task and input before the task exists each settle as the same
+// client settles them against a 2026 server.
+func TestExtTasksClient(t *testing.T) {
+	dir := extTasksDir(t)
+	want := map[string]struct{ status, text string }{
+		"greet":               {"completed", "Hello, Ada!"},
+		"slow_compute":        {"completed", "one: computed for 1 seconds"},
+		"failing_job":         {"completed", "failing_job: the job failed on purpose"},
+		"protocol_error_job":  {"failed", ""},
+		"confirm_delete":      {"completed", "deleted a.txt"},
+		"test_tool_with_task": {"completed", "Hello, Alice! The task is done."},
+	}
+	for _, era := range upstreamEras {
+		t.Run(era.name, func(t *testing.T) {
+			up := startLegacy(t, era.args...)
+			gw := startTaskgate(t, up.URL, "--config", conformancePolicy(t))
+			cmd := exec.Command("node", filepath.Join(dir, "client.mjs"), gw.URL)
+			cmd.Dir = dir
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("client.mjs: %v\n%s", err, stderr.String())
+			}
+			seen := 0
+			for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+				var got struct {
+					Name, Status, Text, Error string
+				}
+				if err := json.Unmarshal([]byte(line), &got); err != nil {
+					t.Fatalf("client.mjs printed %q: %v", line, err)
+				}
+				w, ok := want[got.Name]
+				if !ok {
+					t.Errorf("client.mjs ran an unknown scenario %q", got.Name)
+					continue
+				}
+				seen++
+				if got.Status != w.status || w.text != "" && got.Text != w.text {
+					t.Errorf("%s settled as %s %q (error %q); want %s %q", got.Name, got.Status, got.Text, got.Error, w.status, w.text)
+				}
+			}
+			if seen != len(want) {
+				t.Errorf("client.mjs reported %d of %d scenarios:\n%s", seen, len(want), out)
+			}
+		})
+	}
+}
