@@ -70,7 +70,8 @@
 // tasks/update, tasks/cancel, signed requestState), modern_runner.go (the
 // questions of a running call, answers from any replica, the retries of a
 // 2026 upstream), modern_upstream.go (the upstream's era, the bridge to a
-// 2025 upstream with its owner-bound sessions). The engine's upstream calls
+// 2025 upstream with its credential-bound sessions and the private
+// sessions of requests without credentials). The engine's upstream calls
 // into them at one point each (taskUpstream.Call, relayRequest,
 // relayNotification, deliverAnswers, notifyCancelled) for jobs with a
 // modernJob.

@@ -71,8 +71,7 @@ func (w *modernWire) listen(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 	}
 	h := w.h
 	id := append([]byte(nil), env.id...)
-	owner, _ := h.owner(&rc.Request.Header)
-	s, err := w.sessions.get(owner, &rc.Request.Header)
+	s, err := w.session(&rc.Request.Header)
 	if err != nil {
 		h.upstreamFailed(rc, info, id, err)
 		return

@@ -33,6 +33,14 @@ type modernJob struct {
 	elicitation, sampling, roots bool
 	session                      *bridgeSession // the upstream session of a 2025 upstream (nil otherwise)
 
+	// notes carries, for a plain call (one its client never sees as a
+	// task) whose request asked for notifications, the call's progress
+	// for token and its log messages at logLevel or above to the request
+	// waiting for the call's answer; nil otherwise. Full, it drops.
+	notes    chan []byte
+	token    []byte
+	logLevel string
+
 	asked     chan struct{} // closed at the first question
 	askedOnce sync.Once
 	newQ      chan struct{} // closed at the next question (then replaced); under mu
@@ -64,6 +72,47 @@ func newModernJob(era int, m *modernMeta, params []byte) *modernJob {
 		era: era, params: params,
 		elicitation: m.elicitation, sampling: m.sampling, roots: m.roots,
 		asked: make(chan struct{}), open: make(map[string]*question),
+	}
+}
+
+// wantNotes makes the job carry the notifications the plain call's
+// request asked for (its progressToken, its logLevel) to that request.
+func (mj *modernJob) wantNotes(token []byte, logLevel string) {
+	if token == nil && logLevel == "" {
+		return
+	}
+	mj.token, mj.logLevel = token, logLevel
+	mj.notes = make(chan []byte, 64)
+}
+
+// notify hands an upstream notification of the call to the request
+// waiting for a plain call's answer, if it asked for that kind. It never
+// blocks the runner: with nobody reading (between the rounds of a call
+// that asks questions), what does not fit is dropped.
+func (mj *modernJob) notify(env *envelope, msg []byte) {
+	if mj.notes == nil {
+		return
+	}
+	switch env.method {
+	case methodProgress:
+		tv, err := jsonx.Members(env.params, "progressToken")
+		if err != nil || mj.token == nil || canonicalID(tv[0]) != canonicalID(mj.token) {
+			return
+		}
+	case methodLogMessage:
+		lv, err := jsonx.Members(env.params, "level")
+		if err != nil || mj.logLevel == "" {
+			return
+		}
+		if l, ok := jsonx.UnquoteValue(lv[0]); !ok || logLevelRank(l) < logLevelRank(mj.logLevel) {
+			return
+		}
+	default:
+		return
+	}
+	select {
+	case mj.notes <- msg:
+	default:
 	}
 }
 

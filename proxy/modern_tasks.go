@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bufio"
+	"context"
 	"encoding/base64"
 	"errors"
 	"strconv"
@@ -12,6 +14,8 @@ import (
 	"github.com/taskgate/taskgate/capability"
 	"github.com/taskgate/taskgate/policy"
 	"github.com/taskgate/taskgate/proxy/jsonx"
+	"github.com/taskgate/taskgate/proxy/sse"
+	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/proxy/wire2026"
 	"github.com/taskgate/taskgate/taskstore"
 )
@@ -69,8 +73,16 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 	info.taskID = id
 
 	mj := newModernJob(era, m, params)
+	if plain {
+		token, err := progressToken(env.params)
+		if err != nil {
+			h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid params._meta: "+err.Error()))
+			return
+		}
+		mj.wantNotes(token, m.logLevel)
+	}
 	req := fasthttp.AcquireRequest()
-	if err := w.prepareCall(rc, req, owner, era, mj); err != nil {
+	if err := w.prepareCall(rc, req, era, mj); err != nil {
 		fasthttp.ReleaseRequest(req)
 		h.eng.ReleaseTool(tool)
 		h.upstreamFailed(rc, info, env.id, err)
@@ -101,6 +113,84 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 		w.expireHold(j)
 	case <-window:
 		w.created(rc, env.id, j.Task)
+	case n := <-mj.notes: // (nil unless plain)
+		w.streamPlain(rc, info, env.id, owner, j, m, n, mj.asked, true)
+	}
+}
+
+// streamPlain answers a plain call (see createTask) whose request asked for
+// notifications once the first one, n, came before the call's answer: an
+// SSE stream (HTTP 200) with n, each later notification as it comes, and
+// then the call's outcome, or an InputRequiredResult when the upstream
+// asks (asked closes; hold: the call was not answered yet, so an unanswered
+// hold expires). A client that closes the stream withdraws the call.
+func (w *modernWire) streamPlain(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, owner string, j *job, m *modernMeta, n []byte, asked <-chan struct{}, hold bool) {
+	h := w.h
+	id = append([]byte(nil), id...)
+	meta := *m
+	rc.SetStatusCode(fasthttp.StatusOK)
+	rc.Response.Header.SetContentType("text/event-stream")
+	rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+	rc.Response.ImmediateHeaderFlush = true
+	// The writer runs after the handler returned: it uses copies (id,
+	// meta, n), the job and conn, never rc.
+	conn := rc.Conn()
+	se := h.beginStream(info)
+	h.eng.Enter()
+	rc.SetBodyStreamWriter(func(bw *bufio.Writer) {
+		defer h.eng.Leave()
+		outcome := ""
+		defer func() { se.end(outcome) }()
+		ctx, cancel := context.WithCancel(h.root)
+		defer cancel()
+		defer sysconn.WatchClose(conn, cancel)()
+		write := func(msg []byte) bool {
+			_, err := bw.Write(sse.Append(nil, "", msg))
+			return err == nil && bw.Flush() == nil
+		}
+		ok := write(n)
+		for ok {
+			select {
+			case n := <-j.modern.notes:
+				ok = write(n)
+			case <-j.Settled():
+				w.drainNotes(j, write)
+				ft, out := j.Final()
+				a := w.plainMessage(id, ft, out, &meta)
+				outcome = a.outcome
+				write(a.msg)
+				return
+			case <-asked:
+				w.drainNotes(j, write)
+				outcome = "input_required"
+				write(appendResultResponse(nil, id, w.inputRequiredResult(owner, j)))
+				if hold {
+					w.expireHold(j)
+				}
+				return
+			case <-ctx.Done():
+				ok = false
+			}
+		}
+		outcome = outcomeClientGone
+		if h.root.Err() == nil {
+			// Closing a request's stream cancels it.
+			_ = h.eng.Withdraw(h.root, &j.Job, "the client closed the request")
+		}
+	})
+}
+
+// drainNotes writes the notifications j's call sent before its answer.
+func (w *modernWire) drainNotes(j *job, write func([]byte) bool) {
+	for {
+		select {
+		case n := <-j.modern.notes:
+			if !write(n) {
+				return
+			}
+		default:
+			return
+		}
 	}
 }
 
@@ -129,34 +219,35 @@ func (w *modernWire) plainAnswer(rc *fasthttp.RequestCtx, info *reqInfo, id []by
 			return
 		}
 	}
+	w.answerBridged(rc, info, w.plainMessage(id, t, out, m))
+}
+
+// plainMessage renders the final state t and outcome out of a call as the
+// answer to its plain request id.
+func (w *modernWire) plainMessage(id []byte, t *taskstore.Task, out *taskstore.Outcome, m *modernMeta) bridgeAnswer {
 	switch {
 	case out != nil && out.Kind == taskstore.OutcomeResult:
 		msg, err := capability.ModernResult(appendResultResponse(nil, id, out.Raw), false)
 		if err != nil {
 			msg = appendResultResponse(nil, id, out.Raw)
 		}
-		rc.SetStatusCode(fasthttp.StatusOK)
-		rc.Response.Header.SetContentType("application/json")
-		rc.SetBody(msg)
+		return bridgeAnswer{status: fasthttp.StatusOK, msg: msg}
 	case out != nil && out.Kind == taskstore.OutcomeError:
 		if res, missing, ok := urlElicitationAnswer(out.Raw, m); ok {
 			if missing != nil {
-				w.fail(rc, info, id, fasthttp.StatusBadRequest, wire2026.CodeMissingCapability,
-					"taskgate: the upstream needs a URL elicitation, which the request did not declare", missing)
-				return
+				return bridgeAnswer{status: fasthttp.StatusBadRequest, outcome: "rpc_error",
+					msg: wire2026.AppendError(nil, id, wire2026.CodeMissingCapability,
+						"taskgate: the upstream needs a URL elicitation, which the request did not declare", missing)}
 			}
-			info.outcome = "input_required"
-			w.h.rpcResult(rc, id, res)
-			return
+			return bridgeAnswer{status: fasthttp.StatusOK, outcome: "input_required", msg: appendResultResponse(nil, id, res)}
 		}
-		rc.SetStatusCode(fasthttp.StatusOK)
-		rc.Response.Header.SetContentType("application/json")
-		rc.SetBody(appendRawErrorResponse(nil, id, out.Raw))
+		return bridgeAnswer{status: fasthttp.StatusOK, msg: appendRawErrorResponse(nil, id, out.Raw)}
 	case t.Status == taskstore.Cancelled:
-		h := w.h
-		h.rpcError(rc, info, id, newRPCError(codeInternalError, "taskgate: the call was cancelled"))
+		return bridgeAnswer{status: fasthttp.StatusOK, outcome: "rpc_error",
+			msg: appendErrorResponse(nil, id, codeInternalError, "taskgate: the call was cancelled")}
 	default:
-		w.h.rpcError(rc, info, id, newRPCError(codeInternalError, "taskgate: "+t.StatusMessage))
+		return bridgeAnswer{status: fasthttp.StatusOK, outcome: "rpc_error",
+			msg: appendErrorResponse(nil, id, codeInternalError, "taskgate: "+t.StatusMessage)}
 	}
 }
 
@@ -165,6 +256,13 @@ func (w *modernWire) plainAnswer(rc *fasthttp.RequestCtx, info *reqInfo, id []by
 func (w *modernWire) inputRequired(rc *fasthttp.RequestCtx, id []byte, owner string, j *job, plain bool) {
 	state := w.signState(owner, j.Task.ID, j.Task.Tool, plain, time.Now().Add(holdFor))
 	w.h.rpcResult(rc, id, wire2026.AppendInputRequired(nil, j.modern.openRequests(), state))
+}
+
+// inputRequiredResult is the InputRequiredResult of a plain call j (see
+// inputRequired).
+func (w *modernWire) inputRequiredResult(owner string, j *job) []byte {
+	state := w.signState(owner, j.Task.ID, j.Task.Tool, true, time.Now().Add(holdFor))
+	return wire2026.AppendInputRequired(nil, j.modern.openRequests(), state)
 }
 
 // expireHold cancels the held call of j when its client has not answered
@@ -307,6 +405,8 @@ func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 	case <-next:
 		info.outcome = "input_required"
 		w.inputRequired(rc, env.id, owner, j, true)
+	case n := <-j.modern.notes: // (nil unless the creating request asked)
+		w.streamPlain(rc, info, env.id, owner, j, m, n, next, false)
 	}
 }
 
@@ -403,7 +503,7 @@ func (w *modernWire) appendGet(dst []byte, t *taskstore.Task, out *taskstore.Out
 	case t.Status == taskstore.Completed || t.Status == taskstore.Failed && out != nil && out.Kind == taskstore.OutcomeResult:
 		wt.Status = string(taskstore.Completed)
 		if out != nil {
-			d.Result = out.Raw
+			d.Result = completeResult(out.Raw)
 		}
 	case t.Status == taskstore.Failed && out != nil && out.Kind == taskstore.OutcomeError:
 		d.Error = modernTaskError(out.Raw)
@@ -423,6 +523,28 @@ func (w *modernWire) appendGet(dst []byte, t *taskstore.Task, out *taskstore.Out
 		}
 	}
 	return wire2026.AppendGetResult(dst, &wt, d)
+}
+
+// completeResult returns a stored tool result as the 2026 wire inlines it
+// in a completed task: a CallToolResult of that revision, which carries
+// resultType "complete". A 2025 upstream's result has no resultType, so it
+// gets one as its first member; a 2026 upstream's result has it already
+// and is returned as it is, and so is anything that is not a JSON object.
+func completeResult(res []byte) []byte {
+	start := jsonx.SkipSpace(res, 0)
+	if start >= len(res) || res[start] != '{' {
+		return res
+	}
+	if vals, err := jsonx.Members(res, "resultType"); err != nil || vals[0] != nil {
+		return res
+	}
+	i := jsonx.SkipSpace(res, start+1)
+	out := make([]byte, 0, len(res)+len(`"resultType":"complete",`))
+	out = append(out, `{"resultType":"complete"`...)
+	if res[i] != '}' {
+		out = append(out, ',')
+	}
+	return append(out, res[i:]...)
 }
 
 // openRequests returns the open questions of t as an InputRequests object,

@@ -3,11 +3,15 @@ package proxy
 import (
 	"encoding/json"
 	"io"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/taskgate/taskgate/taskstore"
 )
 
 func TestParseModernMeta(t *testing.T) {
@@ -314,5 +318,110 @@ func BenchmarkTaskCreateByEra(b *testing.B) {
 				rc.Response.Reset()
 			}
 		})
+	}
+}
+
+// TestAppendGetInlineResult: a completed task's inline result is a 2026
+// CallToolResult, which requires resultType "complete" (M-24): a 2025
+// upstream's stored result gets it, a 2026 upstream's keeps its own, and
+// the rest of the result is unchanged. The same holds for a tool result
+// with isError true, which the 2025 view stores as failed.
+func TestAppendGetInlineResult(t *testing.T) {
+	tp := newTestProxy(t, jsonAnswer(`{"jsonrpc":"2.0","id":7,"result":{}}`))
+	// (One request, so the test server runs before its cleanup stops it.)
+	if r := tp.do(modernPost("tasks/get", `{"taskId":"none"}`, `{"extensions":{"io.modelcontextprotocol/tasks":{}}}`, "none")); !strings.Contains(string(r.Body()), "-32602") {
+		t.Fatalf("tasks/get of an unknown task: %s", r.Body())
+	}
+	now := time.Now()
+	tests := []struct {
+		name, raw, want string
+		status          taskstore.Status
+	}{
+		{"2025 result", `{"content":[{"type":"text","text":"hi"}]}`,
+			`{"resultType":"complete","content":[{"type":"text","text":"hi"}]}`, taskstore.Completed},
+		{"2025 isError result", `{"content":[{"type":"text","text":"no"}],"isError":true}`,
+			`{"resultType":"complete","content":[{"type":"text","text":"no"}],"isError":true}`, taskstore.Failed},
+		{"2026 result", `{"content":[],"resultType":"complete"}`, `{"content":[],"resultType":"complete"}`, taskstore.Completed},
+		{"empty object", `{ }`, `{"resultType":"complete"}`, taskstore.Completed},
+		{"leading space", ` {"content":[]}`, `{"resultType":"complete","content":[]}`, taskstore.Completed},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			task := &taskstore.Task{ID: "t1", Status: tt.status, CreatedAt: now, UpdatedAt: now, TTL: time.Minute}
+			got := tp.h.w26.appendGet(nil, task, &taskstore.Outcome{Kind: taskstore.OutcomeResult, Raw: []byte(tt.raw)}, nil)
+			var res struct {
+				ResultType string          `json:"resultType"`
+				Status     string          `json:"status"`
+				Result     json.RawMessage `json:"result"`
+			}
+			if err := json.Unmarshal(got, &res); err != nil {
+				t.Fatalf("appendGet = %s: %v", got, err)
+			}
+			if res.ResultType != "complete" || res.Status != "completed" || string(res.Result) != tt.want {
+				t.Errorf("appendGet(%s) = %s; want resultType complete, status completed, result %s", tt.raw, got, tt.want)
+			}
+		})
+	}
+}
+
+// TestBridgeSessionsAnonymous (M-35): a bridged request without credentials gets
+// an upstream session of its own, in no map, closed (DELETE) once released;
+// requests with the same credentials share one session.
+func TestBridgeSessionsAnonymous(t *testing.T) {
+	var n atomic.Int32
+	tp := newTestProxy(t, func(rc *fasthttp.RequestCtx) {
+		if rc.IsPost() && strings.Contains(string(rc.PostBody()), `"initialize"`) {
+			rc.Response.Header.Set("Mcp-Session-Id", "s"+strconv.Itoa(int(n.Add(1))))
+			rc.SetContentType("application/json")
+			rc.SetBodyString(`{"jsonrpc":"2.0","id":"taskgate-bridge-init","result":{"protocolVersion":"2025-11-25","capabilities":{}}}`)
+			return
+		}
+		rc.SetStatusCode(fasthttp.StatusAccepted)
+	})
+	// (One request, so the test server runs before its cleanup stops it.)
+	tp.do(modernPost("tasks/get", `{"taskId":"none"}`, `{"extensions":{"io.modelcontextprotocol/tasks":{}}}`, "none"))
+	w := tp.h.w26
+	var anon fasthttp.RequestHeader
+	a, err := w.session(&anon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := w.session(&anon)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a == b || a.sid == b.sid {
+		t.Fatalf("two requests without credentials share the upstream session %q", a.sid)
+	}
+	if len(w.sessions.m) != 0 {
+		t.Errorf("%d shared sessions after anonymous requests, want none", len(w.sessions.m))
+	}
+	a.done()
+	b.done()
+	w.sessions.closing.Wait()
+	deleted := map[string]bool{}
+	for _, r := range tp.up.requests() {
+		if string(r.Header.Method()) == fasthttp.MethodDelete {
+			deleted[string(r.Header.Peek("Mcp-Session-Id"))] = true
+		}
+	}
+	if !deleted[a.sid] || !deleted[b.sid] {
+		t.Errorf("released private sessions %q and %q: DELETEs seen for %v, want both", a.sid, b.sid, deleted)
+	}
+
+	var alice fasthttp.RequestHeader
+	alice.Set("Authorization", "Bearer alice")
+	c, err := w.session(&alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.done()
+	d, err := w.session(&alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.done()
+	if c != d {
+		t.Errorf("two requests with the same credentials got sessions %q and %q, want one", c.sid, d.sid)
 	}
 }

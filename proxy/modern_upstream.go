@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -16,6 +17,8 @@ import (
 	"github.com/taskgate/taskgate/capability"
 	"github.com/taskgate/taskgate/proxy/jsonx"
 	"github.com/taskgate/taskgate/proxy/sse"
+	"github.com/taskgate/taskgate/proxy/sysconn"
+	"github.com/taskgate/taskgate/proxy/upstream"
 	"github.com/taskgate/taskgate/proxy/wire2026"
 )
 
@@ -23,11 +26,13 @@ import (
 // answers server/discover) gets the 2026 requests as they are, minus what
 // taskgate answers itself; one that also offers the tasks extension gets
 // everything untouched. An upstream of the 2025 era needs sessions: for its
-// stateless 2026 clients taskgate holds upstream sessions (one per owner,
-// initialised with every capability it can bridge, bounded in number,
-// closed when idle), sends each request in the session with the 2026 _meta
-// keys removed, and gives results the resultType the 2026 wire requires
-// (and tools no execution member).
+// stateless 2026 clients taskgate holds upstream sessions (one per
+// credential, initialised with every capability it can bridge, bounded in
+// number, closed when idle; a request without credentials gets a session
+// of its own, closed when the request ends: see anonymous.md), sends each
+// request in the session with the 2026 _meta keys removed, and gives
+// results the resultType the 2026 wire requires (and tools no execution
+// member).
 
 // eraProbeRetry is how long after a failed probe the next one waits.
 const eraProbeRetry = 2 * time.Second
@@ -100,17 +105,17 @@ func (w *modernWire) newUpstreamRequest(req *fasthttp.Request, hdr *fasthttp.Req
 // status, the JSON-RPC response in the answer (JSON or SSE) and the
 // response's Mcp-Session-Id. Requests the upstream sends meanwhile are
 // answered through answerTo (nil: not answered): ping with an empty
-// result, others with an error. When m is given (a request of a 2026
-// client) and the upstream asks for input of a type m does not declare,
-// exchange stops reading and returns a *missingCapability naming it; log
-// messages at m's logLevel or above go to logs (M-32).
-func (w *modernWire) exchange(ctx context.Context, req *fasthttp.Request, answerTo *fasthttp.RequestHeader, m ...*modernMeta) (status int, msg []byte, sid string, err error) {
-	return w.exchangeLogs(ctx, req, answerTo, nil, m...)
+// result, others with an error.
+func (w *modernWire) exchange(ctx context.Context, req *fasthttp.Request, answerTo *fasthttp.RequestHeader) (status int, msg []byte, sid string, err error) {
+	return w.exchangeRelay(ctx, req, answerTo, nil, nil, nil)
 }
 
-// exchangeLogs is exchange, appending the log notifications the request
-// wants to *logs.
-func (w *modernWire) exchangeLogs(ctx context.Context, req *fasthttp.Request, answerTo *fasthttp.RequestHeader, logs *[][]byte, m ...*modernMeta) (status int, msg []byte, sid string, err error) {
+// exchangeRelay is exchange for a request of a 2026 client, m: when the
+// upstream asks for input of a type m does not declare, it stops reading
+// and returns a *missingCapability naming it; and relay (when not nil)
+// gets, as they arrive, the progress notifications for token and the log
+// messages at m's logLevel or above (M-32).
+func (w *modernWire) exchangeRelay(ctx context.Context, req *fasthttp.Request, answerTo *fasthttp.RequestHeader, m *modernMeta, token []byte, relay func([]byte)) (status int, msg []byte, sid string, err error) {
 	h := w.h
 	x, err := h.up.RoundTrip(ctx, req)
 	if err != nil {
@@ -138,15 +143,19 @@ func (w *modernWire) exchangeLogs(ctx context.Context, req *fasthttp.Request, an
 			case env.isResponse():
 				x.DrainEnd(body)
 				return status, append([]byte(nil), ev.Data...), sid, nil
-			case env.method == methodLogMessage && !env.isRequest() && logs != nil && len(m) > 0 && m[0] != nil && m[0].logLevel != "":
+			case env.method == methodLogMessage && !env.isRequest() && relay != nil && m != nil && m.logLevel != "":
 				if lv, err := jsonx.Members(env.params, "level"); err == nil {
-					if l, ok := jsonx.UnquoteValue(lv[0]); ok && logLevelRank(l) >= logLevelRank(m[0].logLevel) {
-						*logs = append(*logs, append([]byte(nil), ev.Data...))
+					if l, ok := jsonx.UnquoteValue(lv[0]); ok && logLevelRank(l) >= logLevelRank(m.logLevel) {
+						relay(append([]byte(nil), ev.Data...))
 					}
+				}
+			case env.method == methodProgress && !env.isRequest() && relay != nil && token != nil:
+				if tv, err := jsonx.Members(env.params, "progressToken"); err == nil && canonicalID(tv[0]) == canonicalID(token) {
+					relay(append([]byte(nil), ev.Data...))
 				}
 			case env.isRequest() && answerTo != nil:
 				var ans []byte
-				if cap := inputCapability(env.method); cap != "" && len(m) > 0 && m[0] != nil && !m[0].declares(cap) {
+				if cap := inputCapability(env.method); cap != "" && m != nil && !m.declares(cap) {
 					w.postWith(answerTo, appendErrorResponse(nil, env.id, codeMethodNotFound, "taskgate: the client did not declare "+cap))
 					return status, nil, sid, &missingCapability{capability: cap}
 				}
@@ -219,13 +228,14 @@ func (w *modernWire) postWith(hdr *fasthttp.RequestHeader, body []byte) {
 
 // prepareCall fills req (headers only) for a task's upstream call: for a
 // 2026 upstream the client's headers; for a 2025 upstream those of the
-// owner's upstream session, which mj holds until the call ends.
-func (w *modernWire) prepareCall(rc *fasthttp.RequestCtx, req *fasthttp.Request, owner string, era int, mj *modernJob) error {
+// owner's upstream session (a session of its own for a caller without
+// credentials), which mj holds until the call ends.
+func (w *modernWire) prepareCall(rc *fasthttp.RequestCtx, req *fasthttp.Request, era int, mj *modernJob) error {
 	w.newUpstreamRequest(req, &rc.Request.Header)
 	if era == era2026 {
 		return nil
 	}
-	s, err := w.sessions.get(owner, &rc.Request.Header)
+	s, err := w.session(&rc.Request.Header)
 	if err != nil {
 		return err
 	}
@@ -294,8 +304,7 @@ func (w *modernWire) discover(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 		})
 		return
 	}
-	owner, _ := h.owner(&rc.Request.Header)
-	s, err := w.sessions.get(owner, &rc.Request.Header)
+	s, err := w.session(&rc.Request.Header)
 	if err != nil {
 		h.upstreamFailed(rc, info, id, err)
 		return
@@ -309,14 +318,22 @@ func (w *modernWire) discover(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 	h.rpcResult(rc, id, res)
 }
 
-// bridge sends a 2026 request to a 2025 upstream in the owner's upstream
-// session and answers with the upstream's response in 2026 form.
+// bridge sends a 2026 request to a 2025 upstream in the caller's upstream
+// session and answers with the upstream's response in 2026 form. A request
+// that asks for notifications (a progressToken in params._meta, or a
+// logLevel) gets the upstream's progress for that token and its log
+// messages at that level or above on its own response, before the result,
+// as a 2026 server sends them: as they come, on an SSE stream (see
+// bridgeStream).
 func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, m *modernMeta, params []byte) {
-	h := w.h
 	id := append([]byte(nil), env.id...)
-	owner, _ := h.owner(&rc.Request.Header)
-	var err error
+	var token []byte
 	if params != nil {
+		var err error
+		if token, err = progressToken(params); err != nil {
+			w.fail(rc, info, id, 400, codeInvalidParams, "taskgate: invalid params._meta: "+err.Error(), nil)
+			return
+		}
 		if params, err = stripModernMeta(params); err != nil {
 			w.fail(rc, info, id, 400, codeInvalidParams, "taskgate: invalid params: "+err.Error(), nil)
 			return
@@ -332,78 +349,210 @@ func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		body = append(body, params...)
 	}
 	body = append(body, '}')
-	ctx, cancel := context.WithTimeout(h.root, bridgeDeadline)
+	if token != nil || m.logLevel != "" {
+		w.bridgeStream(rc, info, env.method, id, body, m, token)
+		return
+	}
+	ctx, cancel := context.WithTimeout(w.h.root, bridgeDeadline)
 	defer cancel()
+	w.answerBridged(rc, info, w.bridgeExchange(ctx, &rc.Request.Header, env.method, id, body, m, nil, nil))
+}
+
+// bridgeAnswer is the outcome of a bridged request: the HTTP status it
+// gets when it is answered alone, the JSON-RPC response, the outcome for
+// the request's record ("" = ok) and the upstream failure, if any.
+type bridgeAnswer struct {
+	status  int
+	msg     []byte
+	outcome string
+	err     error
+}
+
+// answerBridged writes a as the whole answer.
+func (w *modernWire) answerBridged(rc *fasthttp.RequestCtx, info *reqInfo, a bridgeAnswer) {
+	if a.err != nil {
+		w.h.log.Warn().Uint64(logReqID, rc.ID()).Str(logRPCMethod, info.method).Err(a.err).Msg("upstream request failed")
+	}
+	if a.outcome != "" {
+		info.outcome = a.outcome
+	}
+	rc.SetStatusCode(a.status)
+	rc.Response.Header.SetContentType("application/json")
+	rc.SetBody(a.msg)
+}
+
+// bridgeStream serves a bridged request that asked for notifications. The
+// exchange runs in its own goroutine (it gets a copy of the request's
+// headers, never rc) and hands over each notification to relay. When the
+// answer comes before any, it is written as bridge writes it; at the first
+// notification the answer becomes an SSE stream (HTTP 200) that carries
+// each notification as it comes and then the response. A client that
+// closes the stream cancels the request: the upstream gets
+// notifications/cancelled.
+func (w *modernWire) bridgeStream(rc *fasthttp.RequestCtx, info *reqInfo, method string, id, body []byte, m *modernMeta, token []byte) {
+	h := w.h
+	hdr := new(fasthttp.RequestHeader)
+	rc.Request.Header.CopyTo(hdr)
+	meta := *m
+	ctx, cancel := context.WithTimeout(h.root, bridgeDeadline)
+	notes := make(chan []byte, 64)
+	done := make(chan bridgeAnswer, 1)
+	relay := func(n []byte) {
+		select {
+		case notes <- n:
+		case <-ctx.Done():
+		}
+	}
+	// The exchange ends by ctx at the latest (the deadline, the client
+	// leaving, shutdown); whoever answers waits for done.
+	go func() { done <- w.bridgeExchange(ctx, hdr, method, id, body, &meta, token, relay) }()
+	var first []byte
+	select {
+	case a := <-done:
+		cancel()
+		if len(notes) == 0 {
+			w.answerBridged(rc, info, a)
+			return
+		}
+		// Notifications came with the answer: they go before it.
+		var b []byte
+		for len(notes) > 0 {
+			b = sse.Append(b, "", <-notes)
+		}
+		if a.outcome != "" {
+			info.outcome = a.outcome
+		}
+		rc.SetStatusCode(fasthttp.StatusOK)
+		rc.Response.Header.SetContentType("text/event-stream")
+		rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+		rc.SetBody(sse.Append(b, "", a.msg))
+		return
+	case first = <-notes:
+	}
+	rc.SetStatusCode(fasthttp.StatusOK)
+	rc.Response.Header.SetContentType("text/event-stream")
+	rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+	rc.Response.ImmediateHeaderFlush = true
+	// The writer runs after the handler returned: it uses first, the
+	// channels and conn (to see the client leave), never rc.
+	conn := rc.Conn()
+	se := h.beginStream(info)
+	h.eng.Enter()
+	rc.SetBodyStreamWriter(func(bw *bufio.Writer) {
+		defer h.eng.Leave()
+		defer cancel()
+		outcome := ""
+		defer func() { se.end(outcome) }()
+		stop := sysconn.WatchClose(conn, cancel)
+		defer stop()
+		gone := false
+		write := func(msg []byte) {
+			if gone {
+				return
+			}
+			if _, err := bw.Write(sse.Append(nil, "", msg)); err != nil || bw.Flush() != nil {
+				gone = true
+				cancel()
+			}
+		}
+		write(first)
+		for {
+			select {
+			case n := <-notes:
+				write(n)
+			case a := <-done:
+				for len(notes) > 0 {
+					write(<-notes)
+				}
+				write(a.msg)
+				outcome = a.outcome
+				if gone || ctx.Err() != nil && a.err != nil {
+					outcome = outcomeClientGone
+				}
+				return
+			}
+		}
+	})
+}
+
+// bridgeExchange sends body (the request id, in 2025 form) to the upstream
+// in the session of the caller with the headers hdr and returns the answer
+// in 2026 form. relay, when given, gets the notifications the request
+// asked for (its progress, its log messages) as they arrive.
+func (w *modernWire) bridgeExchange(ctx context.Context, hdr *fasthttp.RequestHeader, method string, id, body []byte, m *modernMeta, token []byte, relay func([]byte)) bridgeAnswer {
+	h := w.h
 	start := time.Now()
 	var status int
 	var msg []byte
-	var logs [][]byte
+	var err error
 	for attempt := 0; attempt < 2; attempt++ {
 		var s *bridgeSession
-		if s, err = w.sessions.get(owner, &rc.Request.Header); err != nil {
+		if s, err = w.session(hdr); err != nil {
 			break
 		}
 		req := fasthttp.AcquireRequest()
-		w.newUpstreamRequest(req, &rc.Request.Header)
+		w.newUpstreamRequest(req, hdr)
 		s.apply(&req.Header)
 		req.SetBody(body)
-		logs = logs[:0]
-		status, msg, _, err = w.exchangeLogs(ctx, req, &req.Header, &logs, m)
+		status, msg, _, err = w.exchangeRelay(ctx, req, &req.Header, m, token, relay)
 		var mc *missingCapability
-		if errors.As(err, &mc) {
+		switch {
+		case errors.As(err, &mc):
 			// The call cannot go on without what the client did not
 			// declare: the upstream drops it, the client learns what
 			// to declare (M-31).
 			w.postWith(&req.Header, appendCancelled(nil, id, "the client did not declare "+mc.capability))
+		case err != nil && ctx.Err() != nil && h.root.Err() == nil:
+			// The client left (or the deadline passed): the upstream
+			// stops working on the request.
+			w.postWith(&req.Header, appendCancelled(nil, id, "the client closed the request"))
 		}
 		fasthttp.ReleaseRequest(req)
 		s.done()
 		if err == nil && status == fasthttp.StatusNotFound && !isErrorResponse(msg) {
 			// The upstream ended the session (it did not run the
 			// request): open a new one and send it again.
-			w.sessions.drop(owner, s)
+			w.sessions.drop(s.owner, s)
 			continue
 		}
 		break
 	}
-	h.m.observeUpstream(info.method, time.Since(start))
+	h.m.observeUpstream(method, time.Since(start))
 	if mc := (*missingCapability)(nil); errors.As(err, &mc) {
-		info.outcome = "missing_capability"
-		w.fail(rc, info, id, fasthttp.StatusBadRequest, wire2026.CodeMissingCapability, "taskgate: "+mc.Error(),
-			[]byte(`{"requiredCapabilities":{"`+mc.capability+`":{}}}`))
-		return
+		return bridgeAnswer{status: fasthttp.StatusBadRequest, outcome: "missing_capability",
+			msg: wire2026.AppendError(nil, id, wire2026.CodeMissingCapability, "taskgate: "+mc.Error(),
+				[]byte(`{"requiredCapabilities":{"`+mc.capability+`":{}}}`))}
 	}
 	if err != nil {
-		h.upstreamFailed(rc, info, id, err)
-		return
+		st, text := upstream.StatusFor(err)
+		return bridgeAnswer{status: st, outcome: "upstream_unreachable", err: err,
+			msg: appendErrorResponse(nil, id, codeInternalError, text)}
 	}
 	// An upstream's JSON-RPC error answer is relayed whatever its HTTP
 	// status; an unknown method is HTTP 404 on the 2026 wire (M-30).
 	answered := isErrorResponse(msg)
 	if (status < 200 || status > 299 || len(msg) == 0) && !answered {
-		if status >= 400 && status <= 499 && !modernMethod(env.method) {
+		if status >= 400 && status <= 499 && !modernMethod(method) {
 			// A method neither revision defines, refused by the
 			// upstream without a JSON-RPC answer (a 2025 server may
 			// answer HTTP 400 and plain text).
-			w.fail(rc, info, id, fasthttp.StatusNotFound, codeMethodNotFound, "taskgate: method "+jsonQuote(env.method)+" not found", nil)
-			return
+			return bridgeAnswer{status: fasthttp.StatusNotFound, outcome: "rpc_error",
+				msg: wire2026.AppendError(nil, id, codeMethodNotFound, "taskgate: method "+jsonQuote(method)+" not found", nil)}
 		}
-		h.httpRPCError(rc, fasthttp.StatusBadGateway, id, codeInternalError, fmt.Sprintf("taskgate: upstream answered HTTP %d", status))
-		return
+		return bridgeAnswer{status: fasthttp.StatusBadGateway,
+			msg: appendErrorResponse(nil, id, codeInternalError, fmt.Sprintf("taskgate: upstream answered HTTP %d", status))}
 	}
 	if vals, err := jsonx.Members(msg, "error"); answered && err == nil {
 		if res, missing, ok := urlElicitationAnswer(vals[0], m); ok {
 			if missing != nil {
-				w.fail(rc, info, id, fasthttp.StatusBadRequest, wire2026.CodeMissingCapability,
-					"taskgate: the upstream needs a URL elicitation, which the request did not declare", missing)
-				return
+				return bridgeAnswer{status: fasthttp.StatusBadRequest, outcome: "rpc_error",
+					msg: wire2026.AppendError(nil, id, wire2026.CodeMissingCapability,
+						"taskgate: the upstream needs a URL elicitation, which the request did not declare", missing)}
 			}
-			info.outcome = "input_required"
-			h.rpcResult(rc, id, res)
-			return
+			return bridgeAnswer{status: fasthttp.StatusOK, outcome: "input_required", msg: appendResultResponse(nil, id, res)}
 		}
 	}
-	out, err := capability.ModernResult(modernErrorCode(msg), env.method == methodToolsList)
+	out, err := capability.ModernResult(modernErrorCode(msg), method == methodToolsList)
 	if err != nil {
 		out = msg
 	}
@@ -413,26 +562,26 @@ func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 	case status >= 200 && status <= 299:
 		status = fasthttp.StatusOK
 	}
-	if cacheableMethod(env.method) {
+	if cacheableMethod(method) {
 		if hinted, err := capability.AddCacheHints(out); err == nil {
 			out = hinted
 		}
 	}
-	rc.SetStatusCode(status)
-	if len(logs) > 0 {
-		// The log messages the request asked for come on its stream,
-		// before its response.
-		var b []byte
-		for _, l := range logs {
-			b = sse.Append(b, "", l)
-		}
-		rc.Response.Header.SetContentType("text/event-stream")
-		rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
-		rc.SetBody(sse.Append(b, "", out))
-		return
+	return bridgeAnswer{status: status, msg: out}
+}
+
+// progressToken returns the raw progressToken of params._meta (nil when
+// there is none).
+func progressToken(params []byte) ([]byte, error) {
+	vals, err := jsonx.Members(params, "_meta")
+	if err != nil || !isObject(vals[0]) {
+		return nil, err
 	}
-	rc.Response.Header.SetContentType("application/json")
-	rc.SetBody(out)
+	tv, err := jsonx.Members(vals[0], "progressToken")
+	if err != nil || tv[0] == nil || string(tv[0]) == "null" {
+		return nil, err
+	}
+	return append([]byte(nil), tv[0]...), nil
 }
 
 // offersLogging reports whether an InitializeResult declares logging.
@@ -482,18 +631,42 @@ func cacheableMethod(method string) bool {
 }
 
 // bridgeSessions holds the upstream sessions of 2026 clients in front of
-// a 2025 upstream: one per owner, at most max, each closed (DELETE) once
-// unused for idle. It is safe for concurrent use.
+// a 2025 upstream: one shared per credential owner, at most max, each
+// closed (DELETE) once unused for idle; and the private sessions of
+// requests without credentials (private), each closed when released. It
+// is safe for concurrent use.
 type bridgeSessions struct {
 	w    *modernWire
 	mu   sync.Mutex
 	m    map[string]*bridgeSession
 	max  int
 	idle time.Duration
+
+	privates atomic.Int64   // private sessions open now
+	closing  sync.WaitGroup // private sessions being closed
+}
+
+// session returns the upstream session a bridged request of the 2026 wire
+// with the headers hdr runs in; release it with done. A request with
+// credentials (Authorization) shares the session of its owner; one without
+// gets a session of its own, which no other request ever sees and which is
+// closed when the request (or the call it started) ends: a request without
+// credentials must never meet upstream state another request created, and
+// on the 2026 wire, which has no sessions, nothing else tells two such
+// requests apart (see anonymous.md).
+func (w *modernWire) session(hdr *fasthttp.RequestHeader) (*bridgeSession, error) {
+	owner, identified := w.h.owner(hdr)
+	if !identified {
+		return w.sessions.private(hdr)
+	}
+	return w.sessions.get(owner, hdr)
 }
 
 // bridgeSession is one upstream session.
 type bridgeSession struct {
+	// pool is set on a private session (of one request without
+	// credentials, never in the map), which done closes.
+	pool    *bridgeSessions
 	owner   string
 	ready   chan struct{} // closed once initialised (or failed)
 	err     error
@@ -517,10 +690,41 @@ func (s *bridgeSession) apply(hdr *fasthttp.RequestHeader) {
 	hdr.Del(wire2026.HeaderName)
 }
 
-// done releases a session taken with get.
+// done releases a session taken with get or private. A private session is
+// closed at the upstream once its last user released it.
 func (s *bridgeSession) done() {
 	s.last.Store(time.Now().UnixNano())
-	s.users.Add(-1)
+	if s.users.Add(-1) == 0 && s.pool != nil {
+		s.pool.closeLater(s)
+	}
+}
+
+// private opens a session for one request alone (of a caller without
+// credentials): it is in no map, so no other request finds it, and done
+// closes it. Private sessions do not count towards max: each lives only as
+// long as its request or its call.
+func (b *bridgeSessions) private(hdr *fasthttp.RequestHeader) (*bridgeSession, error) {
+	s := &bridgeSession{pool: b, owner: ownerAnonymous, ready: make(chan struct{})}
+	s.users.Add(1)
+	s.err = b.open(s, hdr)
+	close(s.ready)
+	if s.err != nil {
+		return nil, s.err
+	}
+	b.privates.Add(1)
+	return s, nil
+}
+
+// closeLater closes a private session at the upstream in the background
+// (the request's answer does not wait for the DELETE); closeAll waits for
+// these.
+func (b *bridgeSessions) closeLater(s *bridgeSession) {
+	b.privates.Add(-1)
+	b.closing.Add(1)
+	go func() {
+		defer b.closing.Done()
+		b.close(s)
+	}()
 }
 
 // get returns owner's session, opening it when there is none; release it
@@ -620,6 +824,7 @@ func (b *bridgeSessions) closeAll() {
 		default:
 		}
 	}
+	b.closing.Wait()
 }
 
 // bridgeCapabilities are the client capabilities taskgate declares to a
@@ -667,7 +872,11 @@ func (b *bridgeSessions) open(s *bridgeSession, hdr *fasthttp.RequestHeader) err
 		// what its client gets (M-32).
 		w.postWith(&req.Header, []byte(`{"jsonrpc":"2.0","id":"taskgate-bridge-loglevel","method":"logging/setLevel","params":{"level":"debug"}}`))
 	}
-	w.h.log.Info().Str(logOwner, s.owner).Str("upstream_version", s.version).Msg("upstream session opened for 2026-07-28 clients")
+	if s.pool == nil {
+		w.h.log.Info().Str(logOwner, s.owner).Str("upstream_version", s.version).Msg("upstream session opened for 2026-07-28 clients")
+	} else {
+		w.h.log.Debug().Str("upstream_version", s.version).Msg("upstream session opened for one 2026-07-28 request without credentials")
+	}
 	return nil
 }
 

@@ -92,7 +92,10 @@ func (h *Handler) relayNotification(ctx context.Context, j *job, env *envelope, 
 		h.eng.Progress(ctx, &j.Job, progressText(env.params))
 	}
 	if j.modern != nil {
-		return // the 2026 wire has no notifications on tasks; progress fed the statusMessage
+		// The 2026 wire has no notifications on tasks (progress fed the
+		// statusMessage); a plain call's client takes them on its answer.
+		j.modern.notify(env, msg)
+		return
 	}
 	out, err := withRelatedTaskParams(msg, j.Task.ID)
 	if err != nil {

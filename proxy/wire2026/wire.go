@@ -101,7 +101,7 @@ func AppendCreateTaskResult(dst []byte, t *Task) []byte {
 // status, the result (completed), the error (failed) or the open input
 // requests (input_required). Each is raw JSON, used verbatim.
 type Detail struct {
-	Result        []byte // a CallToolResult object
+	Result        []byte // a CallToolResult object of this revision: it carries resultType "complete"
 	Error         []byte // a JSON-RPC error object {code, message, data?}
 	InputRequests []byte // an object: key -> {method, params}
 }
