@@ -11,7 +11,7 @@
 //	defaults:                     # for tools no rule matches
 //	  taskSupport: optional       # forbidden | optional | required
 //	  ttl: {default: 1h, min: 1s, max: 24h}   # Go durations, whole ms, > 0
-//	  pollInterval: 2s
+//	  pollInterval: 30s           # bound: a running task reports 5 % of its age
 //	  timeout: 30m
 //	  maxConcurrent: 0            # 0 = unlimited
 //	  idempotent: false

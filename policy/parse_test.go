@@ -355,11 +355,11 @@ func TestLoadExample(t *testing.T) {
 	}
 	d := Settings{
 		TaskSupport: Optional, DefaultTTL: time.Hour, MinTTL: 10 * time.Second, MaxTTL: 24 * time.Hour,
-		PollInterval: 2 * time.Second, Timeout: 30 * time.Minute, MaxConcurrent: 8,
+		PollInterval: 30 * time.Second, Timeout: 30 * time.Minute, MaxConcurrent: 8,
 	}
 	build := d
 	build.TaskSupport, build.DefaultTTL, build.MaxTTL, build.PollInterval, build.Timeout, build.MaxConcurrent =
-		Required, 2*time.Hour, 6*time.Hour, 5*time.Second, time.Hour, 4
+		Required, 2*time.Hour, 6*time.Hour, time.Minute, time.Hour, 4
 	search := d
 	search.Idempotent, search.MaxRetries, search.Timeout = true, 2, 2*time.Minute
 	echo := d

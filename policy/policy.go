@@ -34,7 +34,7 @@ type Settings struct {
 	DefaultTTL    time.Duration // ttl when the request gives none; default 1h
 	MinTTL        time.Duration // lower clamp; default 1s
 	MaxTTL        time.Duration // upper clamp; default 24h
-	PollInterval  time.Duration // reported pollInterval; default 2s
+	PollInterval  time.Duration // longest pollInterval a running task reports (it reports 5 % of its age, at least 100 ms, up to this); a finished one reports it; default 30s
 	Timeout       time.Duration // max duration of the background upstream call; default 30m
 	MaxConcurrent int           // max concurrently running task calls of this tool in one taskgate process; 0 = unlimited (default)
 	Idempotent    bool          // the operator says re-running the call is harmless; default false. Reserved: lost calls are not re-run yet
@@ -48,7 +48,7 @@ func defaultSettings() Settings {
 		DefaultTTL:   time.Hour,
 		MinTTL:       time.Second,
 		MaxTTL:       24 * time.Hour,
-		PollInterval: 2 * time.Second,
+		PollInterval: 30 * time.Second,
 		Timeout:      30 * time.Minute,
 	}
 }

@@ -283,7 +283,7 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 		ListPageSize:     cfg.ListPageSize,
 		TaskRate:         cfg.TaskRate,
 		TaskBurst:        cfg.TaskBurst,
-		HoldFor:          pollStart,
+		HoldFor:          holdYoungMax,
 		HoldYoung:        holdYoungFor,
 	}, store, &h.log, &taskUpstream{h: h}, h.engineHooks())
 	h.root = h.eng.Root()

@@ -424,12 +424,9 @@ func appendTaskPolled(dst []byte, t *taskstore.Task, thrifty bool) []byte {
 	return append(dst, '}')
 }
 
-// pollStart and pollGrowth shape the pollInterval a running task reports
+// pollMin is the shortest pollInterval a running task reports
 // (engine.PollInterval, both wires).
-const (
-	pollStart  = engine.PollStart
-	pollGrowth = engine.PollGrowth
-)
+const pollMin = engine.PollMin
 
 // reportedPollInterval is the pollInterval t reports at now.
 func reportedPollInterval(t *taskstore.Task, now time.Time) time.Duration {
@@ -816,6 +813,10 @@ func parseResultEventID(s string) (taskID string, rpcID []byte, ok bool) {
 }
 
 // holdYoungFor is the age below which a tasks/get of a local call waits
-// for its end (engine.Config.HoldYoung; it waits up to pollStart): the
-// time the reported pollInterval stays near pollStart.
-const holdYoungFor = pollGrowth * pollStart
+// up to holdYoungMax for its end (engine.Config.HoldYoung, HoldFor): a client
+// polling a call of a few milliseconds learns of its end in the first
+// answer rather than one pollInterval (pollMin) later.
+const (
+	holdYoungFor = 200 * time.Millisecond
+	holdYoungMax = 5 * time.Millisecond
+)
