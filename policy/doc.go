@@ -8,6 +8,7 @@
 // The file is YAML; every key is optional and keys are case-sensitive:
 //
 //	bridgeProtocolVersion: true   # answer 2025-11-25 to older upstreams
+//	ownTasks: false               # true: serve tasks even if the upstream declares its own
 //	defaults:                     # for tools no rule matches
 //	  taskSupport: optional       # forbidden | optional | required
 //	  ttl: {default: 1h, min: 1s, max: 24h}   # Go durations, whole ms, > 0

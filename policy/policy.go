@@ -60,6 +60,14 @@ type Policy struct {
 	// BridgeProtocolVersion: when a client asks for 2025-11-25 and the upstream
 	// answers an older version, answer 2025-11-25 and translate. Default true.
 	BridgeProtocolVersion bool
+	// OwnTasks: taskgate serves tasks even when the upstream declares the
+	// tasks capability itself. The upstream's capability is replaced by
+	// taskgate's in initialize, its tools' execution.taskSupport by the
+	// policy's, and task-augmented calls run as they do in front of an
+	// upstream without tasks (stored by taskgate, the upstream sees plain
+	// calls). Default false: an upstream that declares tasks gets its task
+	// traffic passed through unchanged.
+	OwnTasks bool
 	// Defaults apply to tools that no rule matches. Rules inherit every field
 	// they leave unset from Defaults.
 	Defaults Settings

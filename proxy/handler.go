@@ -180,10 +180,12 @@ type Handler struct {
 
 	origins map[string]bool
 
-	// native is set once the upstream declared tasks itself: from then on
+	// native is set once the upstream declared tasks itself (and the
+	// policy's ownTasks is off): from then on
 	// taskgate does nothing task-related (P-01).
 	native     atomic.Bool
 	nativeOnce sync.Once
+	ownOnce    sync.Once // logs once that the policy's ownTasks hides the upstream's tasks
 
 	// w26 serves requests of the MCP 2026-07-28 wire (modern.go).
 	w26 *modernWire

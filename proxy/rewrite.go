@@ -136,9 +136,11 @@ func (h *Handler) initialize(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 			// Before the client learns the id: the session is its own.
 			h.bindSession(sid, cred)
 		}
+		pol := h.policy()
 		opt := capability.InitOptions{
-			List:   hasAuth || sid != "",
-			Bridge: h.policy().BridgeProtocolVersion && requested == capability.ProtocolVersion,
+			List:     hasAuth || sid != "",
+			Bridge:   pol.BridgeProtocolVersion && requested == capability.ProtocolVersion,
+			OwnTasks: pol.OwnTasks,
 		}
 		return func(msg []byte) []byte {
 			out, ci, err := capability.RewriteInitialize(msg, opt)
@@ -146,7 +148,13 @@ func (h *Handler) initialize(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 				h.log.Warn().Err(err).Msg("initialize result not rewritten: malformed upstream answer")
 				return msg
 			}
-			if ci.UpstreamHasTasks {
+			if ci.UpstreamHasTasks && opt.OwnTasks {
+				h.ownOnce.Do(func() {
+					h.log.Info().Str("upstream_version", ci.UpstreamVersion).
+						Msg("upstream declares tasks itself; the policy's ownTasks has taskgate serve them (the upstream gets plain calls)")
+				})
+			}
+			if ci.UpstreamHasTasks && !opt.OwnTasks {
 				h.nativeOnce.Do(func() {
 					h.native.Store(true)
 					h.log.Info().Str("upstream_version", ci.UpstreamVersion).
