@@ -373,7 +373,12 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 				h.resumeResult(rc, &info, taskID, rpcID)
 				return
 			}
-			if h.tasksActive(&rc.Request.Header) && len(rc.Request.Header.Peek(headerSessionID)) > 0 {
+			// A session's GET stream, or, in front of an upstream without
+			// sessions, the GET stream of a client that identifies itself
+			// (Authorization: its own tasks only). Without either the
+			// stream would merge the tasks of every anonymous caller.
+			if h.tasksActive(&rc.Request.Header) && (len(rc.Request.Header.Peek(headerSessionID)) > 0 ||
+				len(rc.Request.Header.Peek(fasthttp.HeaderAuthorization)) > 0) {
 				info.method = metricGetStream
 				h.getStream(rc, &info)
 				return
