@@ -699,7 +699,8 @@ func TestStdioEverythingServerOwnTasks(t *testing.T) {
 	if len(page.Tasks) != 1 || page.Tasks[0].TaskID != tk.TaskID {
 		t.Errorf("tasks/list = %+v, want taskgate's one task", page)
 	}
-	if out := gw.p.out.String(); !strings.Contains(out, "ownTasks") {
-		t.Errorf("taskgate did not log that it serves the tasks itself:\n%.2000s", out)
-	}
+	// The log is written asynchronously: poll for the line.
+	waitFor(t, 10*time.Second, "taskgate to log that it serves the tasks itself", func() bool {
+		return strings.Contains(gw.p.out.String(), "ownTasks")
+	})
 }
