@@ -186,6 +186,11 @@ type Handler struct {
 	native     atomic.Bool
 	nativeOnce sync.Once
 	ownOnce    sync.Once // logs once that the policy's ownTasks hides the upstream's tasks
+	// sessionless: the upstream's last initialize answer had no
+	// Mcp-Session-Id (a stateless server): its clients have no session
+	// GET stream, so tasks/result also delivers a finished task's queued
+	// messages (tasksMethod).
+	sessionless atomic.Bool
 
 	// w26 serves requests of the MCP 2026-07-28 wire (modern.go).
 	w26 *modernWire

@@ -132,6 +132,9 @@ func (h *Handler) initialize(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 	id := append([]byte(nil), env.id...)
 	h.forwardRewriting(rc, info, id, func(resp *fasthttp.Response) rewriteFunc {
 		sid := string(resp.Header.Peek(headerSessionID))
+		if resp.StatusCode() == fasthttp.StatusOK {
+			h.sessionless.Store(sid == "")
+		}
 		if sid != "" {
 			// Before the client learns the id: the session is its own.
 			h.bindSession(sid, cred)

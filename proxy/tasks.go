@@ -306,11 +306,13 @@ func (h *Handler) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 			h.storeError(rc, info, env.id, err)
 			return
 		}
-		if t.Status.Terminal() && len(rc.Request.Header.Peek(headerSessionID)) == 0 && acceptsSSE(&rc.Request.Header) {
-			// A client without a session (in front of a session-less
-			// upstream) may have had no GET stream to take the task's
-			// messages as they came: those still queued go out on this
-			// answer's stream before the result.
+		if t.Status.Terminal() && h.sessionless.Load() && len(rc.Request.Header.Peek(headerSessionID)) == 0 &&
+			acceptsSSE(&rc.Request.Header) {
+			// In front of a session-less upstream a client may have had
+			// no GET stream to take the task's messages as they came:
+			// those still queued go out on this answer's stream before
+			// the result. (Elsewhere a finished task's answer stays one
+			// JSON read, without a drain.)
 			h.streamResult(rc, info, append([]byte(nil), env.id...), owner, taskID)
 			return
 		}
