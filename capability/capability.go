@@ -32,11 +32,15 @@ type InitOptions struct {
 	// Bridge: the client asked for ProtocolVersion and bridging is enabled; if the
 	// upstream negotiated an older version, answer ProtocolVersion instead.
 	Bridge bool
+	// OwnTasks: an upstream's own capabilities.tasks is replaced by
+	// taskgate's instead of leaving the message unchanged (the policy's
+	// ownTasks).
+	OwnTasks bool
 }
 
 // InitInfo reports what RewriteInitialize saw and did.
 type InitInfo struct {
-	UpstreamHasTasks bool   // upstream result already declares capabilities.tasks: output == input
+	UpstreamHasTasks bool   // upstream result already declares capabilities.tasks: output == input unless OwnTasks
 	UpstreamVersion  string // protocolVersion as the upstream sent it ("" if absent)
 	Injected         bool   // tasks capability was added
 	Bridged          bool   // protocolVersion was rewritten to ProtocolVersion
@@ -46,9 +50,11 @@ type InitInfo struct {
 // {"jsonrpc":"2.0","id":..,"result":{...}}) that carries an InitializeResult.
 //
 // If result.capabilities.tasks exists (with any value) the message is
-// returned unchanged (P-01). Otherwise, if result.protocolVersion is
-// ProtocolVersion, the tasks capability is added at the end of
-// result.capabilities, which is created when absent or null. If the upstream
+// returned unchanged (P-01), unless opt.OwnTasks is set: then its value is
+// replaced by taskgate's as below (the member keeps its place). Otherwise,
+// if result.protocolVersion is ProtocolVersion, the tasks capability is
+// added at the end of result.capabilities, which is created when absent or
+// null. If the upstream
 // version is an older YYYY-MM-DD version and opt.Bridge is set, the version
 // is also replaced by ProtocolVersion. Any other version leaves the message
 // unchanged: tasks only exist at ProtocolVersion (Q-12).
@@ -83,14 +89,14 @@ func RewriteInitialize(msg []byte, opt InitOptions) ([]byte, InitInfo, error) {
 	}
 	caps, hasCaps := jsonx.Find(ms, "capabilities")
 	var cms []jsonx.Member
+	var upTasks jsonx.Member
 	if hasCaps {
 		switch caps.Kind {
 		case '{':
 			if cms, _, err = scanObject(msg, caps.VS, cbuf[:0], "result.capabilities"); err != nil {
 				return msg, info, err
 			}
-			if _, ok := jsonx.Find(cms, "tasks"); ok {
-				info.UpstreamHasTasks = true
+			if upTasks, info.UpstreamHasTasks = jsonx.Find(cms, "tasks"); info.UpstreamHasTasks && !opt.OwnTasks {
 				return msg, info, nil
 			}
 		case 'n':
@@ -115,6 +121,8 @@ func RewriteInitialize(msg []byte, opt InitOptions) ([]byte, InitInfo, error) {
 		tasks = tasksCaps
 	}
 	switch {
+	case info.UpstreamHasTasks: // and opt.OwnTasks
+		edits = append(edits, jsonx.Edit{Start: upTasks.VS, End: upTasks.VE, Val: tasks})
 	case hasCaps && caps.Kind == '{':
 		pos, comma := jsonx.InsertAt(cms, caps.VS)
 		pre := `"tasks":`

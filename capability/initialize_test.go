@@ -91,6 +91,27 @@ func TestRewriteInitialize(t *testing.T) {
 			wantInfo: InitInfo{UpstreamHasTasks: true, UpstreamVersion: "2025-06-18"},
 		},
 		{
+			name:     "ownTasks replaces the upstream's tasks capability in place",
+			in:       `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{"tasks":{"list":{},"cancel":{},"requests":{"tools":{"call":{}}}},"tools":{}},"serverInfo":{"name":"everything","version":"1"}}}`,
+			opt:      InitOptions{OwnTasks: true},
+			want:     `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{` + tasksNoList + `,"tools":{}},"serverInfo":{"name":"everything","version":"1"}}}`,
+			wantInfo: InitInfo{UpstreamHasTasks: true, UpstreamVersion: "2025-11-25", Injected: true},
+		},
+		{
+			name:     "ownTasks with list and an odd tasks value",
+			in:       `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{},"tasks":null}}}`,
+			opt:      InitOptions{OwnTasks: true, List: true},
+			want:     `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{},` + tasks + `}}}`,
+			wantInfo: InitInfo{UpstreamHasTasks: true, UpstreamVersion: "2025-11-25", Injected: true},
+		},
+		{
+			name:     "ownTasks with an older version and Bridge bridges",
+			in:       `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-06-18","capabilities":{"tasks":{}}}}`,
+			opt:      InitOptions{OwnTasks: true, Bridge: true},
+			want:     `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{` + tasksNoList + `}}}`,
+			wantInfo: InitInfo{UpstreamHasTasks: true, UpstreamVersion: "2025-06-18", Injected: true, Bridged: true},
+		},
+		{
 			name:     "P-01 escaped key t\\u0061sks counts as tasks",
 			in:       `{"jsonrpc":"2.0","id":1,"result":{"protocolVersion":"2025-11-25","capabilities":{"t\u0061sks":{}}}}`,
 			opt:      InitOptions{List: true},

@@ -644,3 +644,63 @@ func TestStdioSharedMode(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestStdioEverythingServerOwnTasks: the "everything" server declares
+// tasks itself; with the policy's ownTasks taskgate serves them instead.
+// The client sees taskgate's tasks capability and the policy's
+// taskSupport on every tool, and a task-augmented call of an ordinary tool
+// (which the server's own tasks refuse) runs as a taskgate task: the
+// server gets a plain call.
+func TestStdioEverythingServerOwnTasks(t *testing.T) {
+	t.Parallel()
+	bin := npmBin(t)
+	policy := writePolicy(t, "ownTasks: true\nrules:\n  - match: get-env\n    taskSupport: forbidden\n")
+	gw := startStdioGateway(t, filepath.Join(bin, "mcp-server-everything")+" stdio", "--config", policy)
+	c := newRawClient(t, gw.URL)
+	init := c.initialize()
+	if !strings.Contains(init.ServerInfo.Name, "everything") {
+		t.Fatalf("serverInfo %q", init.ServerInfo.Name)
+	}
+	if caps := string(init.Capabilities["tasks"]); caps != `{"list":{},"cancel":{},"requests":{"tools":{"call":{}}}}` {
+		t.Errorf("capabilities.tasks = %s, want taskgate's", caps)
+	}
+	var tools struct {
+		Tools []struct {
+			Name      string `json:"name"`
+			Execution struct {
+				TaskSupport string `json:"taskSupport"`
+			} `json:"execution"`
+		} `json:"tools"`
+	}
+	c.result("tools/list", map[string]any{}, &tools)
+	if len(tools.Tools) == 0 {
+		t.Fatal("tools/list: no tools")
+	}
+	for _, tl := range tools.Tools {
+		want := "optional"
+		if tl.Name == "get-env" {
+			want = "forbidden"
+		}
+		if tl.Execution.TaskSupport != want {
+			t.Errorf("tool %s: taskSupport %q, want the policy's %q", tl.Name, tl.Execution.TaskSupport, want)
+		}
+	}
+
+	tk := c.createTask("echo", map[string]any{"message": "owned by taskgate"}, nil)
+	var res toolResult
+	c.result("tasks/result", map[string]any{"taskId": tk.TaskID}, &res)
+	if !strings.Contains(res.text(), "owned by taskgate") || res.IsError {
+		t.Errorf("tasks/result of echo = %+v, want the echo", res)
+	}
+	if got := c.getTask(tk.TaskID); got.Status != "completed" {
+		t.Errorf("tasks/get = %+v, want completed", got)
+	}
+	page := c.listTasks()
+	if len(page.Tasks) != 1 || page.Tasks[0].TaskID != tk.TaskID {
+		t.Errorf("tasks/list = %+v, want taskgate's one task", page)
+	}
+	// The log is written asynchronously: poll for the line.
+	waitFor(t, 10*time.Second, "taskgate to log that it serves the tasks itself", func() bool {
+		return strings.Contains(gw.p.out.String(), "ownTasks")
+	})
+}

@@ -891,3 +891,79 @@ func TestTaskMessagesBeforeResultNotLost_E39(t *testing.T) {
 		t.Logf("in %d of %d rounds notifications sent before the result were dropped: the task's queue is deleted when it ends (terminateCmd), before the listening stream drained it", lost, rounds)
 	}
 }
+
+// TestStatelessUpstreamTaskProgress: behind an upstream without sessions
+// (legacy-mcp --stateless: no Mcp-Session-Id, GET answered 405), the
+// progress a task's call reported reaches the client: tasks/result of the
+// finished task, asked by a client that accepts SSE, streams the queued
+// notifications before the result.
+func TestStatelessUpstreamTaskProgress(t *testing.T) {
+	t.Parallel()
+	up := startLegacy(t, "--stateless")
+	gw := startTaskgate(t, up.URL)
+	c := newRawClient(t, gw.URL)
+	c.header.Set("Authorization", "Bearer stateless-progress")
+	c.initialize()
+	if c.session != "" {
+		t.Fatalf("session %q: want a session-less upstream", c.session)
+	}
+	var res struct {
+		Task wireTask `json:"task"`
+	}
+	c.result("tools/call", map[string]any{"name": "slow", "arguments": map[string]any{"seconds": 0.3, "steps": 3},
+		"task": map[string]any{}, "_meta": map[string]any{"progressToken": "sl-1"}}, &res)
+	if res.Task.TaskID == "" {
+		t.Fatal("tools/call: no task")
+	}
+	c.waitStatus(res.Task.TaskID, "completed", 20*time.Second)
+	r := c.call("tasks/result", map[string]any{"taskId": res.Task.TaskID})
+	progress := 0
+	for _, n := range r.Notes {
+		if n.Method == "notifications/progress" && strings.Contains(string(n.Params), `"sl-1"`) {
+			progress++
+		}
+	}
+	if progress != 3 || r.Msg == nil || r.Msg.Error != nil {
+		t.Errorf("tasks/result of the finished task: %d progress notifications before the result, want 3 (answer %q)", progress, r.Body)
+	}
+}
+
+// TestStatelessUpstreamGETStream: behind an upstream without sessions,
+// whose GET answers 405, a client that identifies itself gets taskgate's
+// own GET stream, and a task's progress and status notifications arrive
+// on it as they happen.
+func TestStatelessUpstreamGETStream(t *testing.T) {
+	t.Parallel()
+	up := startLegacy(t, "--stateless")
+	gw := startTaskgate(t, up.URL)
+	c := newRawClient(t, gw.URL)
+	c.header.Set("Authorization", "Bearer stateless-get")
+	c.initialize()
+	s := openStream(t, c, http.MethodGet, nil)
+	var res struct {
+		Task wireTask `json:"task"`
+	}
+	c.result("tools/call", map[string]any{"name": "slow", "arguments": map[string]any{"seconds": 0.3, "steps": 3},
+		"task": map[string]any{}, "_meta": map[string]any{"progressToken": "sg-1"}}, &res)
+	progress, completed := 0, false
+	for !completed {
+		ev, ok := s.next(20 * time.Second)
+		if !ok {
+			t.Fatalf("GET stream ended: %s", describeEvents(s.all))
+		}
+		if ev.msg == nil {
+			continue
+		}
+		switch ev.msg.Method {
+		case "notifications/progress":
+			if strings.Contains(string(ev.msg.Params), `"sg-1"`) {
+				progress++
+			}
+		case "notifications/tasks/status":
+			completed = strings.Contains(string(ev.msg.Params), `"completed"`) && strings.Contains(string(ev.msg.Params), res.Task.TaskID)
+		}
+	}
+	if progress != 3 {
+		t.Errorf("%d progress notifications on the GET stream before the task completed, want 3: %s", progress, describeEvents(s.all))
+	}
+}

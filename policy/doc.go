@@ -8,10 +8,11 @@
 // The file is YAML; every key is optional and keys are case-sensitive:
 //
 //	bridgeProtocolVersion: true   # answer 2025-11-25 to older upstreams
+//	ownTasks: false               # true: serve tasks even if the upstream declares its own
 //	defaults:                     # for tools no rule matches
 //	  taskSupport: optional       # forbidden | optional | required
 //	  ttl: {default: 1h, min: 1s, max: 24h}   # Go durations, whole ms, > 0
-//	  pollInterval: 2s
+//	  pollInterval: 30s           # bound: a running task reports 5 % of its age
 //	  timeout: 30m
 //	  maxConcurrent: 0            # 0 = unlimited
 //	  idempotent: false

@@ -59,7 +59,7 @@ const (
 
 // Keys allowed in each mapping, in documentation order.
 var (
-	topKeys      = []string{"bridgeProtocolVersion", "defaults", "rules"}
+	topKeys      = []string{"bridgeProtocolVersion", "ownTasks", "defaults", "rules"}
 	settingsKeys = []string{"taskSupport", "ttl", "pollInterval", "timeout", "maxConcurrent", "idempotent", "maxRetries"}
 	ruleKeys     = append([]string{"match"}, settingsKeys...)
 	ttlKeys      = []string{"default", "min", "max"}
@@ -252,6 +252,10 @@ func (ps *parser) top(root *yaml.Node) (*Policy, error) {
 		switch e.key.Value {
 		case "bridgeProtocolVersion":
 			if p.BridgeProtocolVersion, err = ps.boolean(e.val, e.key.Value); err != nil {
+				return nil, err
+			}
+		case "ownTasks":
+			if p.OwnTasks, err = ps.boolean(e.val, e.key.Value); err != nil {
 				return nil, err
 			}
 		case "defaults":

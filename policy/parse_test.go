@@ -14,6 +14,7 @@ import (
 // view is a comparable picture of a Policy.
 type view struct {
 	Bridge   bool
+	OwnTasks bool
 	Defaults Settings
 	Rules    []ruleView
 }
@@ -24,7 +25,7 @@ type ruleView struct {
 }
 
 func viewOf(p *Policy) view {
-	v := view{Bridge: p.BridgeProtocolVersion, Defaults: p.Defaults}
+	v := view{Bridge: p.BridgeProtocolVersion, OwnTasks: p.OwnTasks, Defaults: p.Defaults}
 	for _, r := range p.rules {
 		v.Rules = append(v.Rules, ruleView{Match: r.pattern, S: r.s})
 	}
@@ -52,6 +53,14 @@ func TestParseValid(t *testing.T) {
 		{name: "trailing empty document", in: "rules: []\n---\n", want: view{Bridge: true, Defaults: def}},
 		{name: "empty sections", in: "defaults:\nrules:\n", want: view{Bridge: true, Defaults: def}},
 		{name: "empty flow sections", in: "defaults: {}\nrules: []\n", want: view{Bridge: true, Defaults: def}},
+		{
+			name: "own tasks",
+			in:   "ownTasks: true\nrules:\n  - match: echo\n    taskSupport: forbidden\n",
+			want: view{Bridge: true, OwnTasks: true, Defaults: def, Rules: []ruleView{
+				{Match: "echo", S: with(func(s *Settings) { s.TaskSupport = Forbidden })},
+			}},
+		},
+		{name: "own tasks off", in: "ownTasks: false\n", want: view{Bridge: true, Defaults: def}},
 		{
 			name: "minimal",
 			in:   "rules:\n  - match: echo\n    taskSupport: forbidden\n",
@@ -179,7 +188,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "deep nesting", in: strings.Repeat("[", 20000), line: 0, msg: "exceeded max depth"},
 		{name: "too large", in: "# " + strings.Repeat("x", maxFileSize), line: 0, msg: "limit is"},
 		// Keys.
-		{name: "unknown top key", in: "bridge: true\n", line: 1, field: "bridge", msg: "unknown field (valid: bridgeProtocolVersion, defaults, rules)"},
+		{name: "unknown top key", in: "bridge: true\n", line: 1, field: "bridge", msg: "unknown field (valid: bridgeProtocolVersion, ownTasks, defaults, rules)"},
 		{name: "unknown nested key", in: "defaults:\n  ttl:\n    dflt: 1h\n", line: 3, field: "defaults.ttl.dflt", msg: "valid: default, min, max"},
 		{name: "wrong case", in: "defaults:\n  TaskSupport: optional\n", line: 2, field: "defaults.TaskSupport", msg: `did you mean "taskSupport"`},
 		{name: "unknown rule key", in: "rules:\n  - match: a\n    tiemout: 1s\n", line: 3, field: "rules[0].tiemout", msg: "unknown field"},
@@ -193,6 +202,7 @@ func TestParseErrors(t *testing.T) {
 		{name: "merge key", in: "defaults: &d\n  timeout: 5s\nrules:\n  - <<: *d\n    match: a\n", line: 4, field: "rules[0].<<", msg: "merge keys are not supported"},
 		// Types.
 		{name: "bridge yes", in: "bridgeProtocolVersion: yes\n", line: 1, field: "bridgeProtocolVersion", msg: `must be true or false, got "yes"`},
+		{name: "ownTasks string", in: "ownTasks: \"true\"\n", line: 1, field: "ownTasks", msg: `must be true or false`},
 		{name: "defaults list", in: "defaults: [a]\n", line: 1, field: "defaults", msg: "must be a mapping (key: value), got a list"},
 		{name: "rules mapping", in: "rules: {match: a}\n", line: 1, field: "rules", msg: "must be a list of rules"},
 		{name: "rule is a string", in: "rules:\n  - echo\n", line: 2, field: "rules[0]", msg: "must be a mapping with a match key"},
@@ -355,11 +365,11 @@ func TestLoadExample(t *testing.T) {
 	}
 	d := Settings{
 		TaskSupport: Optional, DefaultTTL: time.Hour, MinTTL: 10 * time.Second, MaxTTL: 24 * time.Hour,
-		PollInterval: 2 * time.Second, Timeout: 30 * time.Minute, MaxConcurrent: 8,
+		PollInterval: 30 * time.Second, Timeout: 30 * time.Minute, MaxConcurrent: 8,
 	}
 	build := d
 	build.TaskSupport, build.DefaultTTL, build.MaxTTL, build.PollInterval, build.Timeout, build.MaxConcurrent =
-		Required, 2*time.Hour, 6*time.Hour, 5*time.Second, time.Hour, 4
+		Required, 2*time.Hour, 6*time.Hour, time.Minute, time.Hour, 4
 	search := d
 	search.Idempotent, search.MaxRetries, search.Timeout = true, 2, 2*time.Minute
 	echo := d

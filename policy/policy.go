@@ -34,7 +34,7 @@ type Settings struct {
 	DefaultTTL    time.Duration // ttl when the request gives none; default 1h
 	MinTTL        time.Duration // lower clamp; default 1s
 	MaxTTL        time.Duration // upper clamp; default 24h
-	PollInterval  time.Duration // reported pollInterval; default 2s
+	PollInterval  time.Duration // longest pollInterval a running task reports (it reports 5 % of its age, at least 100 ms, up to this); a finished one reports it; default 30s
 	Timeout       time.Duration // max duration of the background upstream call; default 30m
 	MaxConcurrent int           // max concurrently running task calls of this tool in one taskgate process; 0 = unlimited (default)
 	Idempotent    bool          // the operator says re-running the call is harmless; default false. Reserved: lost calls are not re-run yet
@@ -48,7 +48,7 @@ func defaultSettings() Settings {
 		DefaultTTL:   time.Hour,
 		MinTTL:       time.Second,
 		MaxTTL:       24 * time.Hour,
-		PollInterval: 2 * time.Second,
+		PollInterval: 30 * time.Second,
 		Timeout:      30 * time.Minute,
 	}
 }
@@ -60,6 +60,14 @@ type Policy struct {
 	// BridgeProtocolVersion: when a client asks for 2025-11-25 and the upstream
 	// answers an older version, answer 2025-11-25 and translate. Default true.
 	BridgeProtocolVersion bool
+	// OwnTasks: taskgate serves tasks even when the upstream declares the
+	// tasks capability itself. The upstream's capability is replaced by
+	// taskgate's in initialize, its tools' execution.taskSupport by the
+	// policy's, and task-augmented calls run as they do in front of an
+	// upstream without tasks (stored by taskgate, the upstream sees plain
+	// calls). Default false: an upstream that declares tasks gets its task
+	// traffic passed through unchanged.
+	OwnTasks bool
 	// Defaults apply to tools that no rule matches. Rules inherit every field
 	// they leave unset from Defaults.
 	Defaults Settings

@@ -186,10 +186,17 @@ type Handler struct {
 
 	origins map[string]bool
 
-	// native is set once the upstream declared tasks itself: from then on
+	// native is set once the upstream declared tasks itself (and the
+	// policy's ownTasks is off): from then on
 	// taskgate does nothing task-related (P-01).
 	native     atomic.Bool
 	nativeOnce sync.Once
+	ownOnce    sync.Once // logs once that the policy's ownTasks hides the upstream's tasks
+	// sessionless: the upstream's last initialize answer had no
+	// Mcp-Session-Id (a stateless server): its clients have no session
+	// GET stream, so tasks/result also delivers a finished task's queued
+	// messages (tasksMethod).
+	sessionless atomic.Bool
 
 	// w26 serves requests of the MCP 2026-07-28 wire (modern.go).
 	w26 *modernWire
@@ -297,7 +304,7 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 		ListPageSize:     cfg.ListPageSize,
 		TaskRate:         cfg.TaskRate,
 		TaskBurst:        cfg.TaskBurst,
-		HoldFor:          pollStart,
+		HoldFor:          holdYoungMax,
 		HoldYoung:        holdYoungFor,
 	}, store, &h.log, &taskUpstream{h: h}, h.engineHooks())
 	h.root = h.eng.Root()
@@ -385,7 +392,12 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 				h.resumeResult(rc, &info, taskID, rpcID)
 				return
 			}
-			if h.tasksActive(&rc.Request.Header) && len(rc.Request.Header.Peek(headerSessionID)) > 0 {
+			// A session's GET stream, or, in front of an upstream without
+			// sessions, the GET stream of a client that identifies itself
+			// (Authorization: its own tasks only). Without either the
+			// stream would merge the tasks of every anonymous caller.
+			if h.tasksActive(&rc.Request.Header) && (len(rc.Request.Header.Peek(headerSessionID)) > 0 ||
+				len(rc.Request.Header.Peek(fasthttp.HeaderAuthorization)) > 0) {
 				info.method = metricGetStream
 				h.getStream(rc, &info)
 				return

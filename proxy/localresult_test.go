@@ -145,7 +145,7 @@ func TestTaskResultLocalStreamKeepAlive(t *testing.T) {
 	}
 }
 
-// The reported pollInterval starts small and grows with the task's age,
+// The reported pollInterval is 5 % of the task's age, at least 100 ms,
 // within the policy's bound; a terminal task reports the bound.
 func TestReportedPollInterval(t *testing.T) {
 	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
@@ -155,12 +155,13 @@ func TestReportedPollInterval(t *testing.T) {
 		status taskstore.Status
 		want   time.Duration
 	}{
-		{0, 2 * time.Second, taskstore.Working, 5 * time.Millisecond},
-		{-time.Second, 2 * time.Second, taskstore.Working, 5 * time.Millisecond}, // another replica's clock ahead
-		{40 * time.Millisecond, 2 * time.Second, taskstore.Working, 6 * time.Millisecond},
-		{3 * time.Second, 2 * time.Second, taskstore.Working, 80 * time.Millisecond},
-		{3 * time.Second, 2 * time.Second, taskstore.InputRequired, 80 * time.Millisecond},
-		{time.Minute, 2 * time.Second, taskstore.Working, 1505 * time.Millisecond},
+		{0, 2 * time.Second, taskstore.Working, 100 * time.Millisecond},
+		{-time.Second, 2 * time.Second, taskstore.Working, 100 * time.Millisecond}, // another replica's clock ahead
+		{40 * time.Millisecond, 2 * time.Second, taskstore.Working, 100 * time.Millisecond},
+		{3 * time.Second, 2 * time.Second, taskstore.Working, 150 * time.Millisecond},
+		{3 * time.Second, 2 * time.Second, taskstore.InputRequired, 150 * time.Millisecond},
+		{30 * time.Second, 2 * time.Second, taskstore.Working, 1500 * time.Millisecond},
+		{time.Minute, 2 * time.Second, taskstore.Working, 2 * time.Second},
 		{time.Hour, 2 * time.Second, taskstore.Working, 2 * time.Second},
 		{0, 2 * time.Millisecond, taskstore.Working, 2 * time.Millisecond}, // bound below the start
 		{time.Hour, 2 * time.Second, taskstore.Completed, 2 * time.Second},
@@ -210,8 +211,8 @@ func TestTaskGetHoldsYoungLocalCall(t *testing.T) {
 func TestPollIntervalBacksOffNearTheRateLimit(t *testing.T) {
 	e := newTaskEnv(t, "", Config{TaskRate: 0.001, TaskBurst: 10})
 	task := e.createTask(alice, "block", `{}`, `{}`) // 1 of 10 tokens
-	if task.PollInterval != pollStart.Milliseconds() {
-		t.Fatalf("young task's pollInterval %d ms, want %d", task.PollInterval, pollStart.Milliseconds())
+	if task.PollInterval != pollMin.Milliseconds() {
+		t.Fatalf("young task's pollInterval %d ms, want %d", task.PollInterval, pollMin.Milliseconds())
 	}
 	var polls []int64
 	for range 6 { // tokens left after each: 8 7 6 5 4 3

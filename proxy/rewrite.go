@@ -133,13 +133,18 @@ func (h *Handler) initialize(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 	log := h.logOf(info) // not info: the rewrite may run after the handler returned
 	h.forwardRewriting(rc, info, id, func(resp *fasthttp.Response) rewriteFunc {
 		sid := string(resp.Header.Peek(headerSessionID))
+		if resp.StatusCode() == fasthttp.StatusOK {
+			h.sessionless.Store(sid == "")
+		}
 		if sid != "" {
 			// Before the client learns the id: the session is its own.
 			h.bindSession(log, sid, cred)
 		}
+		pol := h.policy()
 		opt := capability.InitOptions{
-			List:   hasAuth || sid != "",
-			Bridge: h.policy().BridgeProtocolVersion && requested == capability.ProtocolVersion,
+			List:     hasAuth || sid != "",
+			Bridge:   pol.BridgeProtocolVersion && requested == capability.ProtocolVersion,
+			OwnTasks: pol.OwnTasks,
 		}
 		return func(msg []byte) []byte {
 			out, ci, err := capability.RewriteInitialize(msg, opt)
@@ -147,7 +152,13 @@ func (h *Handler) initialize(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 				log.Warn().Err(err).Msg("initialize result not rewritten: malformed upstream answer")
 				return msg
 			}
-			if ci.UpstreamHasTasks {
+			if ci.UpstreamHasTasks && opt.OwnTasks {
+				h.ownOnce.Do(func() {
+					h.log.Info().Str("upstream_version", ci.UpstreamVersion).
+						Msg("upstream declares tasks itself; the policy's ownTasks has taskgate serve them (the upstream gets plain calls)")
+				})
+			}
+			if ci.UpstreamHasTasks && !opt.OwnTasks {
 				h.nativeOnce.Do(func() {
 					h.native.Store(true)
 					log.Info().Str("upstream_version", ci.UpstreamVersion).

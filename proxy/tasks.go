@@ -315,6 +315,16 @@ func (h *Handler) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 			h.storeError(rc, info, env.id, err)
 			return
 		}
+		if t.Status.Terminal() && h.sessionless.Load() && len(rc.Request.Header.Peek(headerSessionID)) == 0 &&
+			acceptsSSE(&rc.Request.Header) {
+			// In front of a session-less upstream a client may have had
+			// no GET stream to take the task's messages as they came:
+			// those still queued go out on this answer's stream before
+			// the result. (Elsewhere a finished task's answer stays one
+			// JSON read, without a drain.)
+			h.streamResult(rc, info, append([]byte(nil), env.id...), owner, taskID)
+			return
+		}
 		if t.Status.Terminal() {
 			h.writeOutcome(rc, env.id, t, out)
 			info.outcome = answerOutcome(t, out)
@@ -433,12 +443,9 @@ func appendTaskPolled(dst []byte, t *taskstore.Task, thrifty bool) []byte {
 	return append(dst, '}')
 }
 
-// pollStart and pollGrowth shape the pollInterval a running task reports
+// pollMin is the shortest pollInterval a running task reports
 // (engine.PollInterval, both wires).
-const (
-	pollStart  = engine.PollStart
-	pollGrowth = engine.PollGrowth
-)
+const pollMin = engine.PollMin
 
 // reportedPollInterval is the pollInterval t reports at now.
 func reportedPollInterval(t *taskstore.Task, now time.Time) time.Duration {
@@ -830,9 +837,13 @@ func parseResultEventID(s string) (taskID string, rpcID []byte, ok bool) {
 }
 
 // holdYoungFor is the age below which a tasks/get of a local call waits
-// for its end (engine.Config.HoldYoung; it waits up to pollStart): the
-// time the reported pollInterval stays near pollStart.
-const holdYoungFor = pollGrowth * pollStart
+// up to holdYoungMax for its end (engine.Config.HoldYoung, HoldFor): a client
+// polling a call of a few milliseconds learns of its end in the first
+// answer rather than one pollInterval (pollMin) later.
+const (
+	holdYoungFor = 200 * time.Millisecond
+	holdYoungMax = 5 * time.Millisecond
+)
 
 // CancelTask cancels owner's unfinished task id for an operator, exactly
 // as the owner's own tasks/cancel does: the store records the cancel with

@@ -273,8 +273,8 @@ func TestCreateTaskResultWhileUpstreamBusy(t *testing.T) {
 	if !taskIDRe.MatchString(task.TaskID) {
 		t.Errorf("taskId %q is not 32 hex chars (128 bits)", task.TaskID)
 	}
-	if task.Status != "working" || task.CreatedAt != task.LastUpdatedAt || task.TTL == nil || *task.TTL != 60000 || task.PollInterval != pollStart.Milliseconds() {
-		t.Errorf("created task = %+v, want working, createdAt==lastUpdatedAt, ttl 60000, pollInterval %d (a new task's)", task, pollStart.Milliseconds())
+	if task.Status != "working" || task.CreatedAt != task.LastUpdatedAt || task.TTL == nil || *task.TTL != 60000 || task.PollInterval != pollMin.Milliseconds() {
+		t.Errorf("created task = %+v, want working, createdAt==lastUpdatedAt, ttl 60000, pollInterval %d (a new task's)", task, pollMin.Milliseconds())
 	}
 	if _, err := time.Parse(time.RFC3339Nano, task.CreatedAt); err != nil {
 		t.Errorf("createdAt %q is not RFC 3339: %v", task.CreatedAt, err)

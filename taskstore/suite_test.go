@@ -34,6 +34,7 @@ func runSuite(t *testing.T, newBackend func(testing.TB) *backend) {
 		{"Expiry_T30_E31_E32", testExpiry},
 		{"ListPages_T52_T53", testListPages},
 		{"ListDuringCreates_T55", testListDuringCreates},
+		{"ListConcurrentCreates_T55", testListConcurrentCreates},
 		{"ListBadCursor_T56_T68", testListBadCursor},
 		{"ListLimitClamp_Q16", testListLimitClamp},
 		{"OwnerLimit_T78_E46_Q23", testOwnerLimit},
@@ -494,6 +495,87 @@ func testListDuringCreates(t *testing.T, b *backend) {
 	})
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("tasks listed while others were created (-want +got), each exactly once (T-55):\n%s", diff)
+	}
+}
+
+// testListConcurrentCreates creates 120 tasks of one owner 20 at a time
+// on another replica (concurrently, so several share a millisecond), pages
+// through them while 20 more are created, then pages again with several
+// page sizes: a walk during creation lists each task at most once and every
+// task created before it exactly once; later walks list every task exactly
+// once.
+func testListConcurrentCreates(t *testing.T, b *backend) {
+	s := b.open(t, Config{})
+	other := b.open(t, Config{})
+	var created []string
+	var mu sync.Mutex
+	for range 6 {
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() {
+				task := newTask(ownerA)
+				if err := other.Create(testCtx(t), task, CreateOptions{}); err != nil {
+					t.Errorf("Create = %v", err)
+					return
+				}
+				mu.Lock()
+				created = append(created, task.ID)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+	}
+	// Pages read while another batch of 20 is created: each task at most
+	// once, and every task created before the walk began is listed.
+	mu.Lock()
+	before := append([]string(nil), created...)
+	mu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var wg sync.WaitGroup
+		for range 20 {
+			wg.Go(func() {
+				task := newTask(ownerA)
+				if err := other.Create(testCtx(t), task, CreateOptions{}); err != nil {
+					t.Errorf("Create = %v", err)
+					return
+				}
+				mu.Lock()
+				created = append(created, task.ID)
+				mu.Unlock()
+			})
+		}
+		wg.Wait()
+	}()
+	during, _ := listAll(t, s, ownerA, 7, nil)
+	<-done
+	seenDuring := map[string]int{}
+	for _, id := range during {
+		seenDuring[id]++
+		if seenDuring[id] > 1 {
+			t.Errorf("task %s listed twice while tasks were created", id)
+		}
+	}
+	for _, id := range before {
+		if seenDuring[id] != 1 {
+			t.Errorf("task %s, created before the walk, listed %d times while tasks were created", id, seenDuring[id])
+		}
+	}
+	for _, n := range []int{7, 20, 50} {
+		got, _ := listAll(t, s, ownerA, n, nil)
+		seen := map[string]int{}
+		for _, id := range got {
+			seen[id]++
+		}
+		for _, id := range created {
+			if seen[id] != 1 {
+				t.Errorf("page size %d: task %s listed %d times, want once", n, id, seen[id])
+			}
+		}
+		if len(got) != len(created) {
+			t.Errorf("page size %d: listed %d tasks, want %d", n, len(got), len(created))
+		}
 	}
 }
 

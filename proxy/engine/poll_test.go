@@ -7,26 +7,86 @@ import (
 	"github.com/taskgate/taskgate/taskstore"
 )
 
-// PollInterval: a running task's interval starts at PollStart and grows
-// with its age up to the policy's bound; a terminal task and a thrifty
-// owner get the bound.
+// PollInterval: a running task's interval is 1/PollShare of its age, at
+// least PollMin, at most the policy's bound; a thrifty owner gets at least
+// PollThrifty; a terminal task gets the bound.
 func TestPollInterval(t *testing.T) {
 	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		age     time.Duration
+		bound   time.Duration
 		status  taskstore.Status
 		thrifty bool
 		want    time.Duration
 	}{
-		{0, taskstore.Working, false, PollStart},
-		{4 * time.Second, taskstore.Working, false, PollStart + 100*time.Millisecond},
-		{time.Hour, taskstore.Working, false, 2 * time.Second},
-		{0, taskstore.Working, true, 2 * time.Second},
-		{0, taskstore.Completed, false, 2 * time.Second},
+		{age: 0, bound: 30 * time.Second, status: taskstore.Working, want: PollMin},
+		{age: time.Second, bound: 30 * time.Second, status: taskstore.Working, want: PollMin},
+		{age: 4 * time.Second, bound: 30 * time.Second, status: taskstore.Working, want: 200 * time.Millisecond},
+		{age: 10 * time.Minute, bound: 30 * time.Second, status: taskstore.Working, want: 30 * time.Second},
+		{age: time.Hour, bound: 30 * time.Second, status: taskstore.Working, want: 30 * time.Second},
+		{age: time.Hour, bound: 2 * time.Second, status: taskstore.Working, want: 2 * time.Second},
+		{age: 0, bound: 50 * time.Millisecond, status: taskstore.Working, want: 50 * time.Millisecond},
+		{age: 0, bound: 30 * time.Second, status: taskstore.Working, thrifty: true, want: PollThrifty},
+		{age: 0, bound: time.Second, status: taskstore.Working, thrifty: true, want: time.Second},
+		{age: time.Minute, bound: 30 * time.Second, status: taskstore.Working, thrifty: true, want: 3 * time.Second},
+		{age: 0, bound: 30 * time.Second, status: taskstore.Completed, want: 30 * time.Second},
 	} {
-		tk := &taskstore.Task{Status: tc.status, CreatedAt: created, PollInterval: 2 * time.Second}
+		tk := &taskstore.Task{Status: tc.status, CreatedAt: created, PollInterval: tc.bound}
 		if got := PollInterval(tk, created.Add(tc.age), tc.thrifty); got != tc.want {
-			t.Errorf("age %v, %s, thrifty %v: %v, want %v", tc.age, tc.status, tc.thrifty, got, tc.want)
+			t.Errorf("age %v, bound %v, %s, thrifty %v: %v, want %v", tc.age, tc.bound, tc.status, tc.thrifty, got, tc.want)
 		}
 	}
+}
+
+// followSchedule simulates a client that polls a task of duration d as
+// the TS SDK does: a tasks/get right after the CreateTaskResult, then one
+// each reported pollInterval, each poll taking rtt. It returns the number
+// of tasks/get and how late the client learnt of the end.
+func followSchedule(d, bound, rtt time.Duration) (polls int, late time.Duration) {
+	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	tk := &taskstore.Task{Status: taskstore.Working, CreatedAt: created, PollInterval: bound}
+	at := rtt // the create's round trip
+	for {
+		polls++
+		at += rtt / 2 // the request reaches taskgate
+		if at >= d {
+			return polls, at + rtt/2 - d
+		}
+		at += rtt/2 + PollInterval(tk, created.Add(at), false)
+	}
+}
+
+// The schedule keeps a following client's delay within max(100 ms, 5 % of
+// the task's duration) plus one round trip, for every duration from 10 ms
+// to an hour, and costs about 20 polls for 2 s and about 140 for 10
+// minutes (the count grows with the logarithm of the duration once 5 % of
+// it exceeds PollMin). The table is the one cmd/tgload's README gives.
+func TestPollScheduleCost(t *testing.T) {
+	const rtt = 2 * time.Millisecond
+	const bound = 30 * time.Second // the policy's default
+	for _, tc := range []struct {
+		d        time.Duration
+		maxPolls int
+	}{
+		{d: 100 * time.Millisecond, maxPolls: 2},
+		{d: 2 * time.Second, maxPolls: 21},
+		{d: 30 * time.Second, maxPolls: 76},
+		{d: 10 * time.Minute, maxPolls: 140},
+	} {
+		polls, late := followSchedule(tc.d, bound, rtt)
+		t.Logf("task of %v: %d polls, learnt %v after its end", tc.d, polls, late)
+		if polls > tc.maxPolls {
+			t.Errorf("task of %v: %d polls, want at most %d", tc.d, polls, tc.maxPolls)
+		}
+	}
+	worst := 0.0
+	for d := 10 * time.Millisecond; d <= time.Hour; d += d/200 + time.Millisecond {
+		_, late := followSchedule(d, bound, rtt)
+		allowed := min(max(PollMin, d/20), bound) + 2*rtt
+		if late > allowed {
+			t.Fatalf("task of %v: learnt %v after its end, want at most %v", d, late, allowed)
+		}
+		worst = max(worst, float64(late)/float64(allowed))
+	}
+	t.Logf("worst delay over 10 ms..1 h: %.2f of the allowed", worst)
 }

@@ -85,7 +85,7 @@ func New(cfg Config, log zerolog.Logger) (*Server, error) {
 		NoDefaultContentType:  true,
 		// The proxy bounds bodies already; this only guards the hop.
 		MaxRequestBodySize: 1 << 30,
-		Logger:             fasthttpLogger{s.log},
+		Logger:             fasthttpLogger{log.With().Str("component", "stdio/fasthttp").Logger()},
 	}
 	s.wg.Add(2)
 	go func() {
@@ -503,9 +503,24 @@ func writeError(rc *fasthttp.RequestCtx, status int, id json.RawMessage, code in
 	rc.SetBody(appendError(nil, id, code, msg))
 }
 
-// fasthttpLogger routes the in-process server's own messages to zerolog.
+// fasthttpLogger routes the in-process server's own messages to zerolog,
+// under its own component (a logger carries each key once: zerolog writes
+// a repeated key twice into the JSON line).
+//
+// A connection the proxy closed is not a fault: the proxy ends its side of
+// the in-memory hop when it aborts a call (tasks/cancel, a client gone, a
+// deadline), and the server then fails to serve it with
+// fasthttputil.ErrConnectionClosed, the in-memory counterpart of the
+// "broken pipe" and "reset by peer" errors fasthttp already keeps quiet.
+// Those go to debug; every other message stays a warning.
 type fasthttpLogger struct{ l zerolog.Logger }
 
 func (f fasthttpLogger) Printf(format string, args ...any) {
-	f.l.Warn().Str("component", "fasthttp").Msg(fmt.Sprintf(format, args...))
+	for _, a := range args {
+		if err, ok := a.(error); ok && errors.Is(err, fasthttputil.ErrConnectionClosed) {
+			f.l.Debug().Msg("the proxy closed an in-memory connection while it was served")
+			return
+		}
+	}
+	f.l.Warn().Msg(fmt.Sprintf(format, args...))
 }

@@ -720,3 +720,47 @@ func BenchmarkInmemoryHop(b *testing.B) {
 		}
 	}
 }
+
+// TestClosedConnectionIsNotAWarning: the proxy aborts a call (tasks/cancel)
+// by closing its in-memory connection; the server notices when it writes
+// the answer. That is logged at debug once, under its own component (each
+// JSON key once), never as a fasthttp WARN.
+func TestClosedConnectionIsNotAWarning(t *testing.T) {
+	s, logs := startServer(t, "plain", nil)
+	c := newClient(t, s)
+	c.initialize()
+	conn, err := s.Dial(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := callBody(1, "ask", `{}`)
+	fmt.Fprintf(conn, "POST %s HTTP/1.1\r\nHost: stdio\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n%s: %s\r\nContent-Length: %d\r\n\r\n%s",
+		Path, headerSessionID, c.sid, len(body), body)
+	br := bufio.NewReader(conn)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			t.Fatalf("reading the call's stream: %v", err)
+		}
+		if strings.Contains(line, "elicitation/create") {
+			break
+		}
+	}
+	_ = conn.Close() // the proxy aborts the call
+	// The answer lets the child finish the call; the server then writes
+	// its result to the closed connection.
+	if a := c.post(`{"jsonrpc":"2.0","id":"srv-1","result":{"action":"decline"}}`); a.status != http.StatusAccepted {
+		t.Fatalf("answer: HTTP %d", a.status)
+	}
+	waitFor(t, "the closed connection's debug line", func() bool {
+		return strings.Contains(logs.String(), "closed an in-memory connection")
+	})
+	for line := range strings.SplitSeq(strings.TrimSpace(logs.String()), "\n") {
+		if strings.Count(line, `"component"`) > 1 {
+			t.Errorf("log line with a repeated key: %s", line)
+		}
+		if strings.Contains(line, `"level":"warn"`) && strings.Contains(line, "connection closed") {
+			t.Errorf("closed connection logged as a warning: %s", line)
+		}
+	}
+}

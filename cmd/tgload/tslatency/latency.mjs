@@ -8,7 +8,9 @@
 //     --taskgate http://127.0.0.1:8080/mcp --tool slow \
 //     --args '{"seconds":3}' --n 5
 //
-// It prints one line per target with min, median, p90 and max in ms, and
+// It prints one line per target with min, median, p90 and max in ms and,
+// through taskgate, the tasks/get polls per call (the SDK polls once right
+// after the CreateTaskResult, then once per reported pollInterval), and
 // the difference of the medians. It measures; it asserts nothing.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
@@ -37,17 +39,19 @@ async function connect(url) {
   return client;
 }
 
-// once runs one call and returns its wall time in ms and whether it ran as
-// a task.
+// once runs one call and returns its wall time in ms, whether it ran as
+// a task and how many tasks/get it sent.
 async function once(client, tool, args) {
   const start = performance.now();
   let asTask = false;
-  for await (const m of client.experimental.tasks.callToolStream({ name: tool, arguments: args })) {
+  let polls = 0;
+  for await (const m of client.experimental.tasks.callToolStream({ name: tool, arguments: args }, undefined, { timeout: 3600000, maxTotalTimeout: 3600000 })) {
     if (m.type === 'taskCreated') asTask = true;
+    if (m.type === 'taskStatus') polls++;
     if (m.type === 'error') throw m.error;
     if (m.type === 'result') break;
   }
-  return { ms: performance.now() - start, asTask };
+  return { ms: performance.now() - start, asTask, polls };
 }
 
 function stats(xs) {
@@ -61,15 +65,17 @@ async function measure(name, url, o) {
   for (let i = 0; i < o.warmup; i++) await once(client, o.tool, o.args);
   const ms = [];
   let tasks = 0;
+  let polls = 0;
   for (let i = 0; i < o.n; i++) {
     const r = await once(client, o.tool, o.args);
     ms.push(r.ms);
+    polls += r.polls;
     if (r.asTask) tasks++;
   }
   await client.close();
   const st = stats(ms);
   const f = (x) => x.toFixed(1);
-  console.log(`${name.padEnd(9)} ${o.tool} ${JSON.stringify(o.args)} n=${o.n} as_task=${tasks} ms: min ${f(st.min)} p50 ${f(st.p50)} p90 ${f(st.p90)} max ${f(st.max)}`);
+  console.log(`${name.padEnd(9)} ${o.tool} ${JSON.stringify(o.args)} n=${o.n} as_task=${tasks} ms: min ${f(st.min)} p50 ${f(st.p50)} p90 ${f(st.p90)} max ${f(st.max)} polls/call ${(polls / o.n).toFixed(1)}`);
   return st;
 }
 
