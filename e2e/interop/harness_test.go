@@ -183,13 +183,15 @@ func startHTTPServer(t testing.TB, name string, cmd *exec.Cmd) string {
 
 // startTaskgate starts taskgate (embedded store) in front of the upstream:
 // a URL, or a stdio command line with its environment. It returns the
-// client endpoint once /healthz answers.
+// client endpoint once /healthz answers. --promote-window 1ns: a 2026 task
+// call is always answered with its task, never with an early plain result,
+// so the task checks take the task path however fast the machine is.
 func startTaskgate(t testing.TB, up target) string {
 	t.Helper()
 	var last error
 	for attempt := 0; attempt < 3; attempt++ {
 		listen, admin := freeAddr(t), freeAddr(t)
-		args := []string{"--listen", listen, "--admin-listen", admin, "--log-level", "info"}
+		args := []string{"--listen", listen, "--admin-listen", admin, "--log-level", "info", "--promote-window", "1ns"}
 		if up.URL != "" {
 			args = append(args, "--upstream", up.URL)
 		} else {

@@ -161,6 +161,17 @@ func servers() []server {
 				Error: &call{Name: "run-code", Arguments: map[string]any{"languageId": "no-such-language", "code": "x"}},
 			},
 			start: func(t *testing.T, _ string) target { return node(pkg("mcp-server-code-runner/dist/cli.js")) }},
+		// Declares tasks of its own (capabilities.tasks): taskgate passes its
+		// task traffic through.
+		{name: "server-everything 2026.8.31", transport: "stdio",
+			calls: cellConfig{
+				Plain:    &call{Name: "get-sum", Arguments: map[string]any{"a": 2, "b": 3}},
+				Progress: &call{Name: "trigger-long-running-operation", Arguments: map[string]any{"duration": 0.6, "steps": 3}},
+				Error:    &call{Name: "get-sum", Arguments: map[string]any{"a": "two", "b": 3}},
+			},
+			start: func(t *testing.T, _ string) target {
+				return node(pkg("@modelcontextprotocol/server-everything/dist/index.js"), "stdio")
+			}},
 		{name: "go-sdk v1.8.0 (legacy-mcp)", transport: "HTTP", calls: legacyCalls(),
 			start: httpServer("legacy-mcp", legacyMCPBin, "--listen", "127.0.0.1:0")},
 		{name: "go-sdk v1.8.0 (legacy-mcp)", transport: "stdio", calls: legacyCalls(),

@@ -33,7 +33,9 @@ async function* sseMessages(body) {
 await main(async (cfg) => {
   const client = new Client(clientInfo, {
     capabilities,
-    versionNegotiation: { mode: cfg.era === '2026' ? 'auto' : 'legacy' },
+    // The probe waits at most 10 s: a server that never answers server/discover
+    // falls back to initialize on stdio and fails on HTTP (n/a then).
+    versionNegotiation: cfg.era === '2026' ? { mode: 'auto', probe: { timeoutMs: 10000 } } : { mode: 'legacy' },
   });
   // ext-tasks surfaces no progress of a task's call: task progress is not counted.
   const a = { asked: 0, taskProgress: false };
