@@ -17,7 +17,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -209,7 +211,7 @@ func jsDriver(script string) func(t *testing.T, cfg cellConfig) runOut {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, "node", filepath.Join(npmDir, script), string(b))
 		cmd.Dir = npmDir
@@ -233,7 +235,7 @@ func parseRun(t *testing.T, what string, stdout []byte, stderr string, runErr er
 // goDriver runs the scenario with a Go client in the test process.
 func goDriver(newAdapter func(target) adapter) func(t *testing.T, cfg cellConfig) runOut {
 	return func(t *testing.T, cfg cellConfig) runOut {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 		defer cancel()
 		a := newAdapter(cfg.Target)
 		defer a.close()
@@ -510,30 +512,63 @@ func withRoot(cfg cellConfig, tgt target) cellConfig {
 	return cfg
 }
 
+// cellWorkers is how many cells run at once: INTEROP_PARALLEL, else twice
+// GOMAXPROCS (a cell mostly waits: on its slow tools, on process starts).
+func cellWorkers(t *testing.T) int {
+	if v := os.Getenv("INTEROP_PARALLEL"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			t.Fatalf("INTEROP_PARALLEL=%q: want a positive number", v)
+		}
+		return n
+	}
+	return 2 * runtime.GOMAXPROCS(0)
+}
+
 func TestInterop(t *testing.T) {
 	if nodeMissing != "" {
 		t.Skip(nodeMissing)
 	}
+	type cellSpec struct {
+		s server
+		c client
+	}
+	var specs []cellSpec
+	for _, s := range servers() {
+		for _, c := range clients() {
+			specs = append(specs, cellSpec{s, c})
+		}
+	}
 	var mu sync.Mutex
 	var results []cellResult
-	all := 0
 	t.Run("cell", func(t *testing.T) {
-		for _, s := range servers() {
-			for _, c := range clients() {
-				all++
-				t.Run(cellName(s, c), func(t *testing.T) {
-					t.Parallel()
-					v := runCell(t, s, c)
-					mu.Lock()
-					results = append(results, cellResult{s.row(), s.transport, c.name, c.era, v})
-					mu.Unlock()
-				})
-			}
+		// Workers call t.Run side by side (not t.Parallel, bound by -parallel
+		// for the whole package): cellWorkers cells at once.
+		next := make(chan cellSpec)
+		var wg sync.WaitGroup
+		for range cellWorkers(t) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for sp := range next {
+					t.Run(cellName(sp.s, sp.c), func(t *testing.T) {
+						v := runCell(t, sp.s, sp.c)
+						mu.Lock()
+						results = append(results, cellResult{sp.s.row(), sp.s.transport, sp.c.name, sp.c.era, v})
+						mu.Unlock()
+					})
+				}
+			}()
 		}
+		for _, sp := range specs {
+			next <- sp
+		}
+		close(next)
+		wg.Wait()
 	})
 	table := matrixTable(results)
-	t.Logf("interop matrix (%d of %d cells run):\n%s", len(results), all, table)
-	if len(results) < all {
+	t.Logf("interop matrix (%d of %d cells run):\n%s", len(results), len(specs), table)
+	if len(results) < len(specs) {
 		t.Logf("not every cell ran (-run): README.md not compared")
 		return
 	}

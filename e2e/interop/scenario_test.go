@@ -17,6 +17,9 @@ import (
 // step, each {"ok": bool, "error": {...}, ...}; runOut is its decoded form.
 type runOut map[string]map[string]any
 
+// stepTimeout bounds one step of a run (as STEP_TIMEOUT_MS in scenario.mjs).
+const stepTimeout = 20 * time.Second
+
 // elicitAnswer is what every client answers to an elicitation.
 var elicitAnswer = map[string]any{"answer": "yes"}
 
@@ -106,9 +109,13 @@ func outcome(r map[string]any, err error) map[string]any {
 // runScenario drives a through the cell's steps (see scenario.mjs).
 func runScenario(ctx context.Context, a adapter, cfg cellConfig) runOut {
 	out := runOut{}
-	step := func(key string, fn func() (map[string]any, error)) {
+	// step runs one step; a step that hangs fails after stepTimeout and
+	// the later steps still run (the client's calls take ctx).
+	step := func(key string, fn func(ctx context.Context) (map[string]any, error)) {
 		t0 := time.Now()
-		res, err := fn()
+		sctx, cancel := context.WithTimeout(ctx, stepTimeout)
+		res, err := fn(sctx)
+		cancel()
 		if err != nil {
 			res = map[string]any{"ok": false, "error": errorInfo(err)}
 		} else {
@@ -120,14 +127,17 @@ func runScenario(ctx context.Context, a adapter, cfg cellConfig) runOut {
 		res["ms"] = float64(time.Since(t0).Milliseconds())
 		out[key] = res
 	}
-	step("init", func() (map[string]any, error) {
-		name, version, err := a.connect(ctx)
+	runCtx := ctx
+	step("init", func(context.Context) (map[string]any, error) {
+		// The connection lives for the whole run: some transports end with
+		// the context they were started with.
+		name, version, err := a.connect(runCtx)
 		return map[string]any{"server": name, "protocolVersion": version}, err
 	})
 	if out["init"]["ok"] != true {
 		return out
 	}
-	step("tools", func() (map[string]any, error) {
+	step("tools", func(ctx context.Context) (map[string]any, error) {
 		tools, err := a.listTools(ctx)
 		if err != nil {
 			return nil, err
@@ -145,12 +155,12 @@ func runScenario(ctx context.Context, a adapter, cfg cellConfig) runOut {
 	})
 	tasks := cfg.Gateway && a.hasTasks()
 	if c := cfg.Plain; c != nil {
-		step("plain", func() (map[string]any, error) {
+		step("plain", func(ctx context.Context) (map[string]any, error) {
 			r, err := a.call(ctx, c.Name, c.Arguments, nil)
 			return map[string]any{"result": normalize(r)}, err
 		})
 		if a.hasTasks() {
-			step("task", func() (map[string]any, error) {
+			step("task", func(ctx context.Context) (map[string]any, error) {
 				var r map[string]any
 				var err error
 				if tasks {
@@ -163,7 +173,7 @@ func runScenario(ctx context.Context, a adapter, cfg cellConfig) runOut {
 		}
 	}
 	if c := cfg.Progress; c != nil {
-		step("progress", func() (map[string]any, error) {
+		step("progress", func(ctx context.Context) (map[string]any, error) {
 			var mu sync.Mutex
 			plain := 0
 			if _, err := a.call(ctx, c.Name, c.Arguments, func() { mu.Lock(); plain++; mu.Unlock() }); err != nil {
@@ -185,7 +195,7 @@ func runScenario(ctx context.Context, a adapter, cfg cellConfig) runOut {
 		})
 	}
 	if c := cfg.Elicit; c != nil && a.hasTasks() {
-		step("elicit", func() (map[string]any, error) {
+		step("elicit", func(ctx context.Context) (map[string]any, error) {
 			var r map[string]any
 			var err error
 			if tasks {
@@ -197,7 +207,7 @@ func runScenario(ctx context.Context, a adapter, cfg cellConfig) runOut {
 		})
 	}
 	if c := cfg.Error; c != nil {
-		step("error", func() (map[string]any, error) {
+		step("error", func(ctx context.Context) (map[string]any, error) {
 			res := map[string]any{"plain": outcome(a.call(ctx, c.Name, c.Arguments, nil))}
 			if tasks {
 				res["task"] = outcome(a.callTask(ctx, c.Name, c.Arguments, nil))
@@ -208,7 +218,7 @@ func runScenario(ctx context.Context, a adapter, cfg cellConfig) runOut {
 		})
 	}
 	if c := cfg.Cancel; c != nil {
-		step("cancel", func() (map[string]any, error) { return cancelStep(ctx, a, c, tasks) })
+		step("cancel", func(ctx context.Context) (map[string]any, error) { return cancelStep(ctx, a, c, tasks) })
 	}
 	return out
 }

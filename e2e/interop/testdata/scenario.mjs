@@ -17,6 +17,7 @@
 // calls only with "gateway": true; directly they make the same calls plain.
 
 export const ELICIT_ANSWER = { answer: 'yes' };
+const STEP_TIMEOUT_MS = 20000;
 
 // normalize keeps what two runs must agree on: content, structuredContent, isError.
 export function normalize(result) {
@@ -44,11 +45,18 @@ async function outcome(fn) {
 
 async function step(out, key, fn) {
   const t0 = Date.now();
+  out[key] = { ok: false, error: { message: 'did not finish before the driver timed out' } };
+  let timer;
   try {
-    out[key] = { ok: true, ...(await fn()) };
+    // A step that hangs fails after STEP_TIMEOUT_MS; the later steps still run.
+    const timeout = new Promise((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`no answer within ${STEP_TIMEOUT_MS} ms`)), STEP_TIMEOUT_MS);
+    });
+    out[key] = { ok: true, ...(await Promise.race([fn(), timeout])) };
   } catch (err) {
     out[key] = { ok: false, error: errorInfo(err) };
   }
+  clearTimeout(timer);
   out[key].ms = Date.now() - t0;
 }
 
@@ -70,8 +78,7 @@ async function pollStats(c, cfg, cond) {
 }
 
 // run drives adapter c through the cell's steps.
-export async function run(c, cfg) {
-  const out = {};
+export async function run(c, cfg, out = {}) {
   await step(out, 'init', () => c.connect());
   if (!out.init.ok) return out;
   await step(out, 'tools', async () => {
@@ -141,10 +148,11 @@ export async function run(c, cfg) {
 export async function main(makeAdapter) {
   const cfg = JSON.parse(process.argv[2]);
   const c = await makeAdapter(cfg);
-  const timer = setTimeout(() => { process.stdout.write(JSON.stringify({ timeout: true }) + '\n'); process.exit(3); }, 60000);
-  let out;
+  // On timeout the steps done so far are printed; the running one reads as failed.
+  const out = {};
+  const timer = setTimeout(() => { process.stdout.write(JSON.stringify(out) + '\n'); process.exit(3); }, 170000);
   try {
-    out = await run(c, cfg);
+    await run(c, cfg, out);
   } finally {
     await Promise.race([c.close().catch(() => {}), new Promise((r) => setTimeout(r, 2000))]);
   }
