@@ -24,11 +24,15 @@
 //
 //	mcpgo-peer [--listen 127.0.0.1:3100] [--path /mcp] [--stateful] [--stateless]
 //	           [--max-tasks 0] [--no-tasks] [--log-level warn]
+//	mcpgo-peer --stdio [--no-tasks] [--log-level warn]
 //
 // By default the session manager is mcp-go's default (it mints session ids
 // without keeping them); --stateful keeps and validates them, --stateless
 // mints none. It prints "listening on http://ADDR/PATH" to stderr once it
-// accepts connections, and shuts down on SIGINT or SIGTERM.
+// accepts connections, and shuts down on SIGINT or SIGTERM. With --stdio it
+// serves one client on stdin and stdout instead (mcp-go's ServeStdio, logs
+// on stderr) and exits when stdin closes: the mcp-go stdio server of the
+// interop matrix (e2e/interop).
 package main
 
 import (
@@ -66,6 +70,7 @@ func main() {
 	stateful := flag.Bool("stateful", false, "keep and validate session ids (mcp-go's InsecureStatefulSessionIdManager)")
 	stateless := flag.Bool("stateless", false, "no session ids at all")
 	maxTasks := flag.Int("max-tasks", 0, "maximum concurrently running tasks; 0 = unlimited")
+	stdio := flag.Bool("stdio", false, "serve one client on stdin/stdout instead of HTTP")
 	noTasks := flag.Bool("no-tasks", false, "no tasks: no tasks capability, tools without execution.taskSupport (a legacy upstream for taskgate with the same tools)")
 	var level slog.Level = slog.LevelWarn
 	flag.TextVar(&level, "log-level", slog.LevelWarn, "log level: debug, info, warn, error")
@@ -122,6 +127,14 @@ func main() {
 			"(not on the call's own stream) and returns \"you said: <answer>\"."),
 		mcp.WithString("question", mcp.Required(), mcp.Description("Question shown to the user.")),
 	), askOnGetStream)
+
+	if *stdio {
+		if err := server.ServeStdio(s, server.WithErrorLogger(slog.NewLogLogger(log.Handler(), slog.LevelError))); err != nil {
+			fmt.Fprintf(os.Stderr, "mcpgo-peer: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 
 	hopts := []server.StreamableHTTPOption{
 		server.WithEndpointPath(*path),
