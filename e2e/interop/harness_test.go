@@ -186,12 +186,22 @@ func startHTTPServer(t testing.TB, name string, cmd *exec.Cmd) string {
 // client endpoint once /healthz answers. --promote-window 1ns: a 2026 task
 // call is always answered with its task, never with an early plain result,
 // so the task checks take the task path however fast the machine is.
-func startTaskgate(t testing.TB, up target) string {
+func startTaskgate(t testing.TB, up target, policy string) string {
 	t.Helper()
+	var config string
+	if policy != "" {
+		config = filepath.Join(t.TempDir(), "policy.yaml")
+		if err := os.WriteFile(config, []byte(policy), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	var last error
 	for attempt := 0; attempt < 3; attempt++ {
 		listen, admin := freeAddr(t), freeAddr(t)
 		args := []string{"--listen", listen, "--admin-listen", admin, "--log-level", "info", "--promote-window", "1ns"}
+		if config != "" {
+			args = append(args, "--config", config)
+		}
 		if up.URL != "" {
 			args = append(args, "--upstream", up.URL)
 		} else {
