@@ -19,7 +19,6 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/taskgate/taskgate/taskstore"
 	"github.com/taskgate/taskgate/taskstore/redistest"
 )
 
@@ -70,15 +69,11 @@ type adminCluster struct {
 	a, b     *gateway
 	up       *legacy
 	tokFile  string
-	redis    bool
 	stats    *statsReader
 	backends string
 }
 
-// startAdminCluster starts two replicas on one redis-server when the Redis
-// store can list tasks across owners, else (a branch whose Redis store has
-// no taskstore.Admin yet) one replica on the embedded store standing for
-// both: the test then shows everything but the crossing of replicas.
+// startAdminCluster starts two replicas on one redis-server.
 func startAdminCluster(t *testing.T) *adminCluster {
 	t.Helper()
 	c := &adminCluster{up: startLegacy(t)}
@@ -86,16 +81,9 @@ func startAdminCluster(t *testing.T) *adminCluster {
 	if err := os.WriteFile(c.tokFile, []byte(adminToken+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	_, c.redis = any((*taskstore.Redis)(nil)).(taskstore.Admin)
-	if c.redis {
-		redisURL := "redis://" + redistest.Start(t)
-		c.a = startTaskgate(t, c.up.URL, "--redis", redisURL, "--admin-token-file", c.tokFile)
-		c.b = startTaskgate(t, c.up.URL, "--redis", redisURL, "--admin-token-file", c.tokFile)
-	} else {
-		t.Log("the Redis store does not implement taskstore.Admin on this branch: one embedded replica stands for both")
-		c.a = startTaskgate(t, c.up.URL, "--admin-token-file", c.tokFile)
-		c.b = c.a
-	}
+	redisURL := "redis://" + redistest.Start(t)
+	c.a = startTaskgate(t, c.up.URL, "--redis", redisURL, "--admin-token-file", c.tokFile)
+	c.b = startTaskgate(t, c.up.URL, "--redis", redisURL, "--admin-token-file", c.tokFile)
 	c.stats = newStatsReader(t, c.up.URL)
 	return c
 }
