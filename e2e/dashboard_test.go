@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -352,15 +353,14 @@ func TestAdminReloadPolicy(t *testing.T) {
 	if s := support(); s != "required" {
 		t.Errorf("echo after taskgate reload: %q, want required", s)
 	}
-	resp, err = http.Get(gw.Admin + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	metrics, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	for _, want := range []string{`taskgate_policy_reloads_total{result="ok"} 2`, `taskgate_policy_reloads_total{result="error"} 1`} {
-		if !bytes.Contains(metrics, []byte(want)) {
-			t.Errorf("/metrics lacks %s", want)
+	// The file watcher reloads each change of the file on disk as well, so
+	// the counters are at least the API's and the CLI's reloads.
+	for _, c := range []struct {
+		name string
+		min  int
+	}{{`taskgate_policy_reloads_total{result="ok"}`, 2}, {`taskgate_policy_reloads_total{result="error"}`, 1}} {
+		if n, err := strconv.Atoi(metricValue(gw, c.name)); err != nil || n < c.min {
+			t.Errorf("%s = %d (%v), want at least %d", c.name, n, err, c.min)
 		}
 	}
 }

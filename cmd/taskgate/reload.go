@@ -13,7 +13,7 @@ import (
 )
 
 // errNoPolicyFile is Reload's answer when taskgate runs without --config.
-var errNoPolicyFile = fmt.Errorf("%w: taskgate runs without --config; the default policy stays", admin.ErrNothingToReload)
+var errNoPolicyFile = fmt.Errorf("%w: no --config policy file to reload; the default policy stays", admin.ErrNothingToReload)
 
 // policyReloader reloads the policy file: on SIGHUP, when the file changes
 // on disk, and on the admin API's request. A file that does not load
