@@ -297,23 +297,7 @@ func TestAdminReloadPolicy(t *testing.T) {
 	gw := startTaskgate(t, up.URL, "--config", pol, "--admin-token-file", tok)
 	c := newRawClient(t, gw.URL)
 	c.initialize()
-	support := func() string {
-		var tl struct {
-			Tools []struct {
-				Name      string `json:"name"`
-				Execution struct {
-					TaskSupport string `json:"taskSupport"`
-				} `json:"execution"`
-			} `json:"tools"`
-		}
-		c.result("tools/list", nil, &tl)
-		for _, x := range tl.Tools {
-			if x.Name == "echo" {
-				return x.Execution.TaskSupport
-			}
-		}
-		return ""
-	}
+	support := func() string { return toolTaskSupport(c, "echo") }
 	if err := os.WriteFile(pol, []byte("rules:\n  - match: echo\n    taskSupport: forbidden\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -167,23 +167,7 @@ func TestSIGHUPReloadsPolicy(t *testing.T) {
 	gw := startTaskgate(t, up.URL, "--config", pol)
 	c := newRawClient(t, gw.URL)
 	c.initialize()
-	support := func() string {
-		var tl struct {
-			Tools []struct {
-				Name      string `json:"name"`
-				Execution struct {
-					TaskSupport string `json:"taskSupport"`
-				} `json:"execution"`
-			} `json:"tools"`
-		}
-		c.result("tools/list", nil, &tl)
-		for _, x := range tl.Tools {
-			if x.Name == "echo" {
-				return x.Execution.TaskSupport
-			}
-		}
-		return ""
-	}
+	support := func() string { return toolTaskSupport(c, "echo") }
 	if s := support(); s != "optional" {
 		t.Fatalf("echo before the reload: %q, want optional", s)
 	}
