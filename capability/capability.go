@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/taskgate/taskgate/proxy/jsonx"
+	"github.com/taskgate/taskgate/capability/jsonx"
 )
 
 // ProtocolVersion is the protocol revision whose tasks surface taskgate serves.

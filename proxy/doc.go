@@ -31,7 +31,7 @@
 //
 // The method table (methods.go) lists every method taskgate knows, with its
 // handler on each wire; the dispatch, the batch check and the metric labels
-// read it. JSON is read and edited by package proxy/jsonx, SSE read and
+// read it. JSON is read and edited by package capability/jsonx, SSE read and
 // written by package proxy/sse.
 //
 // # Tasks

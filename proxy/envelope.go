@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"errors"
 
-	"github.com/taskgate/taskgate/proxy/jsonx"
+	"github.com/taskgate/taskgate/capability/jsonx"
 )
 
 // Envelope errors. A syntax error is a JSON-RPC parse error (-32700); the

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/taskgate/taskgate/proxy/jsonx"
+	"github.com/taskgate/taskgate/capability/jsonx"
 )
 
 // FuzzParseEnvelope: the parser never panics; syntax errors

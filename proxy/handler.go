@@ -22,9 +22,9 @@ import (
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/taskgate/taskgate/capability/jsonx"
 	"github.com/taskgate/taskgate/policy"
 	"github.com/taskgate/taskgate/proxy/engine"
-	"github.com/taskgate/taskgate/proxy/jsonx"
 	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/proxy/tracing"
 	"github.com/taskgate/taskgate/proxy/upstream"

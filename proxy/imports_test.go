@@ -49,19 +49,24 @@ var importRules = []importRule{
 		why:    "the handler package is the top of the tree: only the commands build on it",
 	},
 	{
+		pkgs: []string{"..."}, except: []string{"proxy/...", "cmd/..."},
+		forbid: []string{"proxy/..."},
+		why:    "no arrow back up: the store, the policy and the capability rewrites are below the proxy; tools they share (capability/jsonx) live beside them, and only the commands compose proxy's parts",
+	},
+	{
 		pkgs:   []string{"taskstore/..."},
-		forbid: []string{fasthttpPath, "policy/...", "capability/...", "cmd/..."}, leavesOnly: []string{"proxy/..."},
+		forbid: []string{fasthttpPath, "policy/...", "cmd/...", "proxy/..."}, leavesOnly: []string{"capability/jsonx/..."},
 		why: "the store keeps tasks, outcomes and bytes: it knows no HTTP, no tool policy and no wire (callers say what a message is)",
 	},
 	{
 		pkgs:   []string{"policy/..."},
-		forbid: []string{fasthttpPath, "taskstore/...", "capability/...", "cmd/..."}, leavesOnly: []string{"proxy/..."},
+		forbid: []string{fasthttpPath, "taskstore/...", "cmd/...", "proxy/..."}, leavesOnly: []string{"capability/jsonx/..."},
 		why: "the policy is a parsed file: it knows no HTTP, no store and no wire",
 	},
 	{
 		pkgs:   []string{"capability/..."},
-		forbid: []string{fasthttpPath, "taskstore/...", "policy/...", "cmd/..."}, leavesOnly: []string{"proxy/..."},
-		why: "the capability rewrites are pure functions on the bytes of one answer",
+		forbid: []string{fasthttpPath, "taskstore/...", "policy/...", "cmd/...", "proxy/..."},
+		why:    "the capability rewrites are pure functions on the bytes of one answer",
 	},
 	{
 		pkgs:   []string{"proxy/wire2026/..."},
@@ -85,7 +90,7 @@ var importRules = []importRule{
 		why: "the SSE reader and writer are a primitive: they know no tasks and build on leaves only",
 	},
 	{
-		pkgs:   []string{"proxy/jsonx/..."},
+		pkgs:   []string{"capability/jsonx/..."},
 		forbid: []string{"...", fasthttpPath},
 		why:    "the JSON scanner and editor are the bottom of the tree: nothing of taskgate, no HTTP",
 	},
@@ -106,8 +111,8 @@ var importRules = []importRule{
 	},
 	{
 		pkgs:   []string{"proxy/stdio/..."},
-		forbid: []string{"taskstore/...", "policy/...", "capability/...", "proxy/engine/...", "proxy/upstream/...", "proxy/wire2026/..."},
-		why:    "a stdio server is reached as an HTTP endpoint through Config.Dial: it knows nothing of tasks",
+		forbid: []string{"taskstore/...", "policy/...", "capability", "proxy/engine/...", "proxy/upstream/...", "proxy/wire2026/..."}, leavesOnly: []string{"capability/jsonx/..."},
+		why: "a stdio server is reached as an HTTP endpoint through Config.Dial: it knows nothing of tasks",
 	},
 }
 

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/taskgate/taskgate/proxy/jsonx"
+	"github.com/taskgate/taskgate/capability/jsonx"
 	"github.com/taskgate/taskgate/proxy/tracing"
 	"github.com/taskgate/taskgate/taskstore"
 )

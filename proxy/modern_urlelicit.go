@@ -4,7 +4,7 @@ import (
 	"encoding/json"
 	"strconv"
 
-	"github.com/taskgate/taskgate/proxy/jsonx"
+	"github.com/taskgate/taskgate/capability/jsonx"
 	"github.com/taskgate/taskgate/proxy/wire2026"
 )
 

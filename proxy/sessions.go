@@ -14,7 +14,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
-	"github.com/taskgate/taskgate/proxy/jsonx"
+	"github.com/taskgate/taskgate/capability/jsonx"
 	"github.com/taskgate/taskgate/taskstore"
 )
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/taskgate/taskgate/capability/jsonx"
 	"github.com/taskgate/taskgate/proxy/engine"
-	"github.com/taskgate/taskgate/proxy/jsonx"
 	"github.com/taskgate/taskgate/proxy/sse"
 	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/proxy/tracing"

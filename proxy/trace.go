@@ -9,8 +9,8 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/taskgate/taskgate/capability/jsonx"
 	"github.com/taskgate/taskgate/proxy/engine"
-	"github.com/taskgate/taskgate/proxy/jsonx"
 	"github.com/taskgate/taskgate/proxy/tracing"
 	"github.com/taskgate/taskgate/taskstore"
 )

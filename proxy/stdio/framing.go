@@ -9,7 +9,7 @@ import (
 	"math"
 	"strconv"
 
-	"github.com/taskgate/taskgate/proxy/jsonx"
+	"github.com/taskgate/taskgate/capability/jsonx"
 )
 
 // Framing of the stdio transport: each JSON-RPC message is one line of
