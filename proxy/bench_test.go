@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/taskgate/taskgate/proxy/wire"
 )
 
 var (
@@ -29,7 +31,7 @@ func BenchmarkParseEnvelope(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(bc.msg)))
 			for b.Loop() {
-				if _, err := parseEnvelope(bc.msg); err != nil {
+				if _, err := wire.ParseEnvelope(bc.msg); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -55,12 +57,12 @@ func TestParseEnvelopeAllocs(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			got := testing.AllocsPerRun(100, func() {
-				if _, err := parseEnvelope(tc.msg); err != nil {
+				if _, err := wire.ParseEnvelope(tc.msg); err != nil {
 					t.Fatal(err)
 				}
 			})
 			if got > tc.budget {
-				t.Errorf("parseEnvelope allocates %v times per call, budget %v", got, tc.budget)
+				t.Errorf("ParseEnvelope allocates %v times per call, budget %v", got, tc.budget)
 			}
 		})
 	}

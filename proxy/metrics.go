@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/taskgate/taskgate/proxy/engine"
+	"github.com/taskgate/taskgate/proxy/wire"
 )
 
 // Metrics are the Prometheus collectors of a Handler. Create them once per
@@ -53,13 +54,13 @@ func observer(cache *sync.Map, vec *prometheus.HistogramVec, label string) prome
 
 // observeRequest records a client request's duration under its method.
 func (m *Metrics) observeRequest(method string, d time.Duration) {
-	observer(&m.requestDurOf, m.requestDur, metricMethod(method)).Observe(d.Seconds())
+	observer(&m.requestDurOf, m.requestDur, wire.MetricLabel(method)).Observe(d.Seconds())
 }
 
 // observeUpstream records the time until the upstream's response headers
 // of a request of this method.
 func (m *Metrics) observeUpstream(method string, d time.Duration) {
-	observer(&m.upstreamOf, m.upstreamLatency, metricMethod(method)).Observe(d.Seconds())
+	observer(&m.upstreamOf, m.upstreamLatency, wire.MetricLabel(method)).Observe(d.Seconds())
 }
 
 // Buckets of the task and background call durations: tasks run for
@@ -168,9 +169,9 @@ func (m *Metrics) zeroCounters() {
 	for _, op := range zeroStoreOps {
 		m.storeErrs.WithLabelValues(op)
 	}
-	labels := []string{metricNoMethod, metricBatch, metricGetStream, "other"}
-	for i := range methods {
-		labels = append(labels, methods[i].metric)
+	labels := []string{wire.MetricNoMethod, wire.MetricBatch, wire.MetricGetStream, "other"}
+	for i := range wire.Methods() {
+		labels = append(labels, wire.Methods()[i].Metric)
 	}
 	for _, l := range labels {
 		for _, o := range zeroOutcomes {
@@ -239,9 +240,9 @@ func (h *Handler) engineHooks() engine.Hooks {
 		},
 	}
 	if h.tr != nil {
-		hooks.CallContext = callContext
+		hooks.CallContext = wire.CallContext
 		hooks.Lost = h.leaseLost
-		hooks.LogContext = logContext
+		hooks.LogContext = wire.LogContext
 	}
 	return hooks
 }

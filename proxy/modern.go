@@ -11,6 +11,7 @@ import (
 
 	"github.com/taskgate/taskgate/capability/jsonx"
 	"github.com/taskgate/taskgate/policy"
+	"github.com/taskgate/taskgate/proxy/wire"
 	"github.com/taskgate/taskgate/proxy/wire2026"
 )
 
@@ -92,69 +93,69 @@ var metaVersionKey = []byte(wire2026.MetaProtocolVersion)
 // serve handles req if it is of the 2026 era and reports whether it did.
 // It must stay cheap for 2025 requests: they are told apart by a header
 // comparison and a substring search of params, without allocating.
-func (w *modernWire) serve(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) bool {
-	if !env.hasMethod() || (env.spec != nil && env.spec.not2026) {
+func (w *modernWire) serve(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope) bool {
+	if !env.HasMethod() || (env.Spec != nil && false) {
 		return false
 	}
 	hdr := &rc.Request.Header
-	if len(hdr.Peek(headerSessionID)) > 0 {
+	if len(hdr.Peek(wire.HeaderSessionID)) > 0 {
 		return false
 	}
-	hv := hdr.Peek(headerProtocolVersion)
+	hv := hdr.Peek(wire.HeaderProtocolVersion)
 	headerModern := len(hv) == len(wire2026.ProtocolVersion) && string(hv) >= wire2026.ProtocolVersion
-	metaModern := env.params != nil && bytes.Contains(env.params, metaVersionKey)
-	if !headerModern && !metaModern || env.method == methodInitialize && !metaModern {
+	metaModern := env.Params != nil && bytes.Contains(env.Params, metaVersionKey)
+	if !headerModern && !metaModern || env.Method == wire.MethodInitialize && !metaModern {
 		// (An initialize is of the 2026 era only when its _meta says so,
 		// whatever its header.)
 		return false
 	}
-	m, err := parseModernMeta(env.params)
+	m, err := parseModernMeta(env.Params)
 	switch {
 	case err != nil:
-		w.fail(rc, info, env.id, 400, codeInvalidParams, "taskgate: invalid params._meta: "+err.Error(), nil)
+		w.fail(rc, info, env.ID, 400, wire.CodeInvalidParams, "taskgate: invalid params._meta: "+err.Error(), nil)
 		return true
-	case m.version == "" && !env.isRequest():
+	case m.version == "" && !env.IsRequest():
 		return false // a notification: nothing to check
 	case m.version == "":
-		w.fail(rc, info, env.id, 400, codeInvalidParams,
+		w.fail(rc, info, env.ID, 400, wire.CodeInvalidParams,
 			`taskgate: params._meta["`+wire2026.MetaProtocolVersion+`"] is required at protocol version `+string(hv), nil)
 		return true
 	case m.version != string(hv):
-		w.fail(rc, info, env.id, 400, wire2026.CodeHeaderMismatch, "taskgate: MCP-Protocol-Version header "+
+		w.fail(rc, info, env.ID, 400, wire2026.CodeHeaderMismatch, "taskgate: MCP-Protocol-Version header "+
 			quoteOrMissing(hv)+` does not match params._meta["`+wire2026.MetaProtocolVersion+`"] "`+m.version+`"`, nil)
 		return true
 	case m.version != wire2026.ProtocolVersion:
 		if isLegacyVersion(m.version) {
 			return false
 		}
-		w.fail(rc, info, env.id, 400, wire2026.CodeUnsupportedVersion, "taskgate: protocol version "+
+		w.fail(rc, info, env.ID, 400, wire2026.CodeUnsupportedVersion, "taskgate: protocol version "+
 			jsonQuote(m.version)+" is not supported", wire2026.UnsupportedVersionData(m.version))
 		return true
 	case !m.hasCaps:
-		w.fail(rc, info, env.id, 400, codeInvalidParams,
+		w.fail(rc, info, env.ID, 400, wire.CodeInvalidParams,
 			`taskgate: params._meta["`+wire2026.MetaClientCapabilities+`"] is required`, nil)
 		return true
 	}
-	if hm := hdr.Peek(wire2026.HeaderMethod); len(hm) > 0 && string(bytes.TrimSpace(hm)) != env.method {
-		w.fail(rc, info, env.id, 400, wire2026.CodeHeaderMismatch,
-			"taskgate: Mcp-Method header "+jsonQuote(string(hm))+" does not match the method "+jsonQuote(env.method), nil)
+	if hm := hdr.Peek(wire2026.HeaderMethod); len(hm) > 0 && string(bytes.TrimSpace(hm)) != env.Method {
+		w.fail(rc, info, env.ID, 400, wire2026.CodeHeaderMismatch,
+			"taskgate: Mcp-Method header "+jsonQuote(string(hm))+" does not match the method "+jsonQuote(env.Method), nil)
 		return true
 	}
-	if h := w.h; h.native.Load() {
-		h.pass(rc, info, env.id)
+	if h := w.h; h.f.Native.Load() {
+		h.pass(rc, info, env.ID)
 		return true
 	}
 	era, native, err := w.upstreamEra()
 	if err != nil {
-		w.h.upstreamFailed(rc, info, env.id, err)
+		w.h.upstreamFailed(rc, info, env.ID, err)
 		return true
 	}
 	if native {
-		w.h.pass(rc, info, env.id)
+		w.h.pass(rc, info, env.ID)
 		return true
 	}
-	info.method = env.method
-	w.serveMethod(env.spec, rc, info, env, &m, era)
+	info.Method = env.Method
+	w.serveMethod(env.Spec, rc, info, env, &m, era)
 	return true
 }
 
@@ -186,9 +187,9 @@ func logLevelRank(level string) int {
 // 2026-07-28 (with the tasks extension).
 func modernMethod(method string) bool {
 	switch method {
-	case methodDiscover, methodToolsList, methodToolsCall, "prompts/list", "prompts/get", "resources/list",
-		"resources/templates/list", "resources/read", "completion/complete", methodSubscriptionsListen,
-		methodTasksGet, methodTasksUpdate, methodTasksCancel:
+	case wire.MethodDiscover, wire.MethodToolsList, wire.MethodToolsCall, "prompts/list", "prompts/get", "resources/list",
+		"resources/templates/list", "resources/read", "completion/complete", wire.MethodSubscriptionsListen,
+		wire.MethodTasksGet, wire.MethodTasksUpdate, wire.MethodTasksCancel:
 		return true
 	}
 	return false
@@ -204,7 +205,7 @@ func isLegacyVersion(v string) bool {
 	return false
 }
 
-func jsonQuote(s string) string { return string(appendJSONString(nil, s)) }
+func jsonQuote(s string) string { return string(wire.AppendJSONString(nil, s)) }
 
 func quoteOrMissing(v []byte) string {
 	if len(v) == 0 {
@@ -264,19 +265,19 @@ func parseModernMeta(params []byte) (modernMeta, error) {
 func isObject(v []byte) bool { return len(v) > 0 && v[0] == '{' }
 
 var (
-	errMetaVersion = newRPCError(codeInvalidParams, "the protocol version must be a string")
-	errMetaCaps    = newRPCError(codeInvalidParams, "the client capabilities must be an object")
+	errMetaVersion = wire.NewError(wire.CodeInvalidParams, "the protocol version must be a string")
+	errMetaCaps    = wire.NewError(wire.CodeInvalidParams, "the client capabilities must be an object")
 )
 
 // fail answers with an HTTP status and a JSON-RPC error carrying data.
-func (w *modernWire) fail(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, status, code int, msg string, data []byte) {
-	if info.outcome == "" {
-		info.outcome = "rpc_error"
+func (w *modernWire) fail(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, status, code int, msg string, data []byte) {
+	if info.Outcome == "" {
+		info.Outcome = "rpc_error"
 	}
 	rc.Response.Reset()
 	rc.SetStatusCode(status)
 	rc.Response.Header.SetContentType("application/json")
-	rc.SetBody(wire2026.AppendError(nil, id, code, msg, data))
+	rc.SetBody(wire.AppendErrorData(nil, id, code, msg, data))
 }
 
 // headerName decodes the Mcp-Name header: surrounding whitespace is not
@@ -303,24 +304,24 @@ func headerName(v []byte) (string, bool) {
 // createTask). A required tool called without the extension is refused
 // with -32021 and the upstream is not contacted. A legacy params.task has
 // no meaning on this wire: it is ignored and not forwarded.
-func (w *modernWire) toolsCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, m *modernMeta, era int) {
-	if env.id == nil || env.params == nil {
-		w.fail(rc, info, env.id, 400, codeInvalidRequest, "taskgate: tools/call must be a request with params", nil)
+func (w *modernWire) toolsCall(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, m *modernMeta, era int) {
+	if env.ID == nil || env.Params == nil {
+		w.fail(rc, info, env.ID, 400, wire.CodeInvalidRequest, "taskgate: tools/call must be a request with params", nil)
 		return
 	}
-	vals, err := jsonx.Members(env.params, "name", "requestState")
+	vals, err := jsonx.Members(env.Params, "name", "requestState")
 	if err != nil {
-		w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: invalid tools/call params: "+err.Error(), nil)
+		w.fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: invalid tools/call params: "+err.Error(), nil)
 		return
 	}
 	name, ok := jsonx.UnquoteValue(vals[0])
 	if !ok {
-		w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: tools/call params.name must be a string", nil)
+		w.fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: tools/call params.name must be a string", nil)
 		return
 	}
 	if hn := rc.Request.Header.Peek(wire2026.HeaderName); len(hn) > 0 {
 		if n, ok := headerName(hn); !ok || n != name {
-			w.fail(rc, info, env.id, 400, wire2026.CodeHeaderMismatch,
+			w.fail(rc, info, env.ID, 400, wire2026.CodeHeaderMismatch,
 				"taskgate: Mcp-Name header does not match params.name "+jsonQuote(name), nil)
 			return
 		}
@@ -333,8 +334,8 @@ func (w *modernWire) toolsCall(rc *fasthttp.RequestCtx, info *reqInfo, env *enve
 	if !m.tasks || st.TaskSupport == policy.Forbidden {
 		switch {
 		case st.TaskSupport == policy.Required:
-			info.outcome = "task_required"
-			w.fail(rc, info, env.id, 400, wire2026.CodeMissingCapability, "taskgate: tool "+jsonQuote(name)+
+			info.Outcome = "task_required"
+			w.fail(rc, info, env.ID, 400, wire2026.CodeMissingCapability, "taskgate: tool "+jsonQuote(name)+
 				" must run as a task: declare the extension "+wire2026.ExtensionTasks+" in the request's client capabilities",
 				[]byte(wire2026.RequiredTasksData))
 		case era == era2025 && st.TaskSupport != policy.Forbidden && (m.elicitation || m.sampling || m.roots):

@@ -15,6 +15,7 @@ import (
 	"github.com/taskgate/taskgate/capability/jsonx"
 	"github.com/taskgate/taskgate/proxy/sse"
 	"github.com/taskgate/taskgate/proxy/sysconn"
+	"github.com/taskgate/taskgate/proxy/wire"
 	"github.com/taskgate/taskgate/proxy/wire2026"
 )
 
@@ -45,32 +46,32 @@ var listenNotifications = []struct{ member, method, capability string }{
 
 // listen serves subscriptions/listen. A filter naming taskIds needs the
 // tasks extension declared (M-26).
-func (w *modernWire) listen(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, m *modernMeta, era int) {
-	if !env.isRequest() || env.params == nil {
-		w.fail(rc, info, env.id, 400, codeInvalidRequest, "taskgate: subscriptions/listen must be a request with params", nil)
+func (w *modernWire) listen(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, m *modernMeta, era int) {
+	if !env.IsRequest() || env.Params == nil {
+		w.fail(rc, info, env.ID, 400, wire.CodeInvalidRequest, "taskgate: subscriptions/listen must be a request with params", nil)
 		return
 	}
-	vals, err := jsonx.Members(env.params, "notifications")
+	vals, err := jsonx.Members(env.Params, "notifications")
 	var filter [][]byte
 	if err == nil && isObject(vals[0]) {
 		filter, err = jsonx.Members(vals[0], "toolsListChanged", "promptsListChanged", "resourcesListChanged", "taskIds")
 	}
 	if err != nil || filter == nil {
-		w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: subscriptions/listen needs a notifications object", nil)
+		w.fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: subscriptions/listen needs a notifications object", nil)
 		return
 	}
 	if t := filter[3]; t != nil && string(t) != "null" && !m.tasks {
-		info.outcome = "task_required"
-		w.fail(rc, info, env.id, 400, wire2026.CodeMissingCapability, "taskgate: subscribing to task status needs the extension "+
+		info.Outcome = "task_required"
+		w.fail(rc, info, env.ID, 400, wire2026.CodeMissingCapability, "taskgate: subscribing to task status needs the extension "+
 			wire2026.ExtensionTasks+" in the request's client capabilities", []byte(wire2026.RequiredTasksData))
 		return
 	}
 	if era == era2026 {
-		w.h.pass(rc, info, env.id)
+		w.h.pass(rc, info, env.ID)
 		return
 	}
 	h := w.h
-	id := append([]byte(nil), env.id...)
+	id := append([]byte(nil), env.ID...)
 	s, err := w.session(&rc.Request.Header)
 	if err != nil {
 		h.upstreamFailed(rc, info, id, err)
@@ -89,7 +90,7 @@ func (w *modernWire) listen(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		req := fasthttp.AcquireRequest()
 		w.newUpstreamRequest(req, &rc.Request.Header)
 		if err := s.hub.start(w, s, req); err != nil {
-			h.logOf(info).Warn().Err(err).Msg("subscriptions/listen: the upstream session's notification stream did not open")
+			h.f.LogOf(info).Warn().Err(err).Msg("subscriptions/listen: the upstream session's notification stream did not open")
 			l.want, ack = map[string]bool{}, []byte(`{}`)
 		}
 	}
@@ -115,7 +116,7 @@ func (w *modernWire) listen(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		defer cancel()
 		defer sysconn.WatchClose(conn, cancel)()
 		if _, err := bw.Write(sse.Append(nil, "", first)); err != nil || bw.Flush() != nil {
-			outcome = outcomeClientGone
+			outcome = wire.OutcomeClientGone
 			return
 		}
 		every := h.cfg.KeepAlive
@@ -128,7 +129,7 @@ func (w *modernWire) listen(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 			var out []byte
 			select {
 			case <-ctx.Done():
-				outcome = outcomeClientGone
+				outcome = wire.OutcomeClientGone
 				if h.root.Err() != nil {
 					outcome = "shutdown"
 				}
@@ -139,7 +140,7 @@ func (w *modernWire) listen(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 				out = sse.Append(nil, "", msg)
 			}
 			if _, err := bw.Write(out); err != nil || bw.Flush() != nil {
-				outcome = outcomeClientGone
+				outcome = wire.OutcomeClientGone
 				return
 			}
 		}
@@ -186,7 +187,7 @@ func appendNotification(dst []byte, method string, params, subID []byte) []byte 
 		}
 	}
 	dst = append(dst, `{"jsonrpc":"2.0","method":`...)
-	dst = appendJSONString(dst, method)
+	dst = wire.AppendJSONString(dst, method)
 	dst = append(dst, `,"params":`...)
 	dst = append(dst, params...)
 	return append(dst, '}')
@@ -309,7 +310,7 @@ func (hb *listenHub) run(ctx context.Context, w *modernWire, req *fasthttp.Reque
 		return
 	}
 	defer x.Done()
-	if st := x.Resp.StatusCode(); st != fasthttp.StatusOK || !isEventStream(x.Resp.Header.ContentType()) {
+	if st := x.Resp.StatusCode(); st != fasthttp.StatusOK || !wire.IsEventStream(x.Resp.Header.ContentType()) {
 		fail(errors.New("the upstream refused the session's GET stream (HTTP " + strconv.Itoa(st) + ")"))
 		return
 	}
@@ -325,14 +326,14 @@ func (hb *listenHub) run(ctx context.Context, w *modernWire, req *fasthttp.Reque
 	for {
 		ev, err := r.Next()
 		if ev != nil && len(ev.Data) > 0 {
-			if env, perr := parseEnvelope(ev.Data); perr == nil && env.hasMethod() {
+			if env, perr := wire.ParseEnvelope(ev.Data); perr == nil && env.HasMethod() {
 				switch {
-				case !env.isRequest():
-					hb.publish(env.method, env.params)
-				case env.method == methodPing:
-					w.postWith(hdr, appendResultResponse(nil, env.id, []byte("{}")))
+				case !env.IsRequest():
+					hb.publish(env.Method, env.Params)
+				case env.Method == wire.MethodPing:
+					w.postWith(hdr, wire.AppendResult(nil, env.ID, []byte("{}")))
 				default:
-					w.postWith(hdr, appendErrorResponse(nil, env.id, codeMethodNotFound, "taskgate: "+env.method+
+					w.postWith(hdr, wire.AppendError(nil, env.ID, wire.CodeMethodNotFound, "taskgate: "+env.Method+
 						" cannot reach a client of protocol version "+wire2026.ProtocolVersion+" outside a request"))
 				}
 			}

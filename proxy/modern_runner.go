@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"github.com/taskgate/taskgate/capability/jsonx"
+	"github.com/taskgate/taskgate/proxy/engine"
 	"github.com/taskgate/taskgate/proxy/tracing"
+	"github.com/taskgate/taskgate/proxy/wire"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
@@ -89,18 +91,18 @@ func (mj *modernJob) wantNotes(token []byte, logLevel string) {
 // waiting for a plain call's answer, if it asked for that kind. It never
 // blocks the runner: with nobody reading (between the rounds of a call
 // that asks questions), what does not fit is dropped.
-func (mj *modernJob) notify(env *envelope, msg []byte) {
+func (mj *modernJob) notify(env *wire.Envelope, msg []byte) {
 	if mj.notes == nil {
 		return
 	}
-	switch env.method {
-	case methodProgress:
-		tv, err := jsonx.Members(env.params, "progressToken")
-		if err != nil || mj.token == nil || canonicalID(tv[0]) != canonicalID(mj.token) {
+	switch env.Method {
+	case wire.MethodProgress:
+		tv, err := jsonx.Members(env.Params, "progressToken")
+		if err != nil || mj.token == nil || wire.CanonicalID(tv[0]) != wire.CanonicalID(mj.token) {
 			return
 		}
-	case methodLogMessage:
-		lv, err := jsonx.Members(env.params, "level")
+	case wire.MethodLogMessage:
+		lv, err := jsonx.Members(env.Params, "level")
 		if err != nil || mj.logLevel == "" {
 			return
 		}
@@ -193,7 +195,7 @@ func (mj *modernJob) openRequests() []byte {
 			out = append(out, ',')
 		}
 		n++
-		out = appendJSONString(out, k)
+		out = wire.AppendJSONString(out, k)
 		out = append(out, ':')
 		out = appendInputRequest(out, q.method, q.params)
 	}
@@ -204,7 +206,7 @@ func (mj *modernJob) openRequests() []byte {
 // {"method":..,"params":..}.
 func appendInputRequest(dst []byte, method string, params []byte) []byte {
 	dst = append(dst, `{"method":`...)
-	dst = appendJSONString(dst, method)
+	dst = wire.AppendJSONString(dst, method)
 	dst = append(dst, `,"params":`...)
 	dst = append(dst, params...)
 	return append(dst, '}')
@@ -218,7 +220,7 @@ func appendInputRequests(dst []byte, reqs []taskstore.InputRequest) []byte {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = appendJSONString(dst, r.Key)
+		dst = wire.AppendJSONString(dst, r.Key)
 		dst = append(dst, ':')
 		dst = append(dst, r.Request...)
 	}
@@ -229,7 +231,7 @@ func appendInputRequests(dst []byte, reqs []taskstore.InputRequest) []byte {
 // goes to the upstream (2025: a JSON-RPC response; 2026: kept for the
 // retry, which starts once the round is complete). Unknown and answered
 // keys are ignored. It reports whether no question is open afterwards.
-func (mj *modernJob) deliver(h *Handler, j *job, answers []keyVal) bool {
+func (mj *modernJob) deliver(h *Handler, j *wire.Job, answers []keyVal) bool {
 	type post struct{ body []byte }
 	var posts []post
 	taken := 0
@@ -244,7 +246,7 @@ func (mj *modernJob) deliver(h *Handler, j *job, answers []keyVal) bool {
 		taken++
 		switch mj.era {
 		case era2025:
-			posts = append(posts, post{appendResultResponse(nil, q.upID, a.val)})
+			posts = append(posts, post{wire.AppendResult(nil, q.upID, a.val)})
 		default:
 			mj.answers[q.upKey] = append([]byte(nil), a.val...)
 			mj.round--
@@ -257,10 +259,10 @@ func (mj *modernJob) deliver(h *Handler, j *job, answers []keyVal) bool {
 	none := len(mj.open) == 0
 	mj.mu.Unlock()
 	for _, p := range posts {
-		h.postUpstream(j, p.body)
+		h.f.PostUpstream(j, p.body)
 	}
 	if none && taken > 0 {
-		j.traceEvent(tracing.EventWorking)
+		j.TraceEvent(tracing.EventWorking)
 		h.eng.Working(h.root, &j.Job)
 	}
 	return none
@@ -268,7 +270,7 @@ func (mj *modernJob) deliver(h *Handler, j *job, answers []keyVal) bool {
 
 // modernAnswers takes the answers other processes left in the task's
 // inbox and delivers them.
-func (h *Handler) modernAnswers(ctx context.Context, j *job) {
+func (h *Handler) modernAnswers(ctx context.Context, j *wire.Job) {
 	raw := h.eng.TakeAnswers(ctx, &j.Job)
 	if len(raw) == 0 {
 		return
@@ -283,14 +285,14 @@ func (h *Handler) modernAnswers(ctx context.Context, j *job) {
 			answers = append(answers, keyVal{key: k, val: vals[1]})
 		}
 	}
-	j.modern.deliver(h, j, answers)
+	modernOf(j).deliver(h, j, answers)
 }
 
 // ask makes q an open question of the task: recorded in the store (so
 // any process shows it and can take its answer), input_required, and
 // visible to tasks/get.
-func (h *Handler) ask(ctx context.Context, j *job, q *question) {
-	mj := j.modern
+func (h *Handler) ask(ctx context.Context, j *wire.Job, q *question) {
+	mj := modernOf(j)
 	key := mj.add(q)
 	if err := h.eng.AddInputRequest(ctx, &j.Job, key, appendInputRequest(nil, q.method, q.params)); err != nil {
 		j.Log.Warn().Err(err).Msg("recording an open question in the store failed; only this process shows it and takes its answer")
@@ -298,7 +300,7 @@ func (h *Handler) ask(ctx context.Context, j *job, q *question) {
 		q.unstored = true
 		mj.mu.Unlock()
 	}
-	j.traceEvent(tracing.EventInputRequired, tracing.MethodName.String(q.method))
+	j.TraceEvent(tracing.EventInputRequired, tracing.MethodName.String(q.method))
 	h.eng.InputRequired(ctx, &j.Job, q.method)
 	mj.askedOnce.Do(func() { close(mj.asked) })
 }
@@ -306,17 +308,17 @@ func (h *Handler) ask(ctx context.Context, j *job, q *question) {
 // modernQuestion handles a request a 2025 upstream sends during a task's
 // call: a question of a type the creating request declared becomes an open
 // question of the task; any other is answered with an error at once.
-func (h *Handler) modernQuestion(ctx context.Context, j *job, env *envelope, msg []byte) {
-	if !j.modern.declares(env.method) {
-		h.postUpstream(j, appendErrorResponse(nil, env.id, codeMethodNotFound,
-			"taskgate: the client of this task did not declare support for "+env.method))
+func (h *Handler) modernQuestion(ctx context.Context, j *wire.Job, env *wire.Envelope, msg []byte) {
+	if !modernOf(j).declares(env.Method) {
+		h.f.PostUpstream(j, wire.AppendError(nil, env.ID, wire.CodeMethodNotFound,
+			"taskgate: the client of this task did not declare support for "+env.Method))
 		return
 	}
 	params := []byte("{}")
-	if env.params != nil {
-		params = append([]byte(nil), env.params...)
+	if env.Params != nil {
+		params = append([]byte(nil), env.Params...)
 	}
-	h.ask(ctx, j, &question{method: env.method, params: params, upID: append([]byte(nil), env.id...)})
+	h.ask(ctx, j, &question{method: env.Method, params: params, upID: append([]byte(nil), env.ID...)})
 }
 
 // maxRounds bounds the input rounds of one call to a 2026 upstream.
@@ -325,27 +327,27 @@ const maxRounds = 32
 // callModern runs the upstream call of a task created on the 2026 wire.
 // For a 2026 upstream an InputRequiredResult is not the end: its questions
 // become the task's, and the call is made again with the answers.
-func (h *Handler) callModern(ctx context.Context, j *job) callResult {
-	mj := j.modern
+func (h *Handler) callModern(ctx context.Context, j *wire.Job) engine.Result {
+	mj := modernOf(j)
 	defer mj.release()
 	if mj.era == era2025 {
-		return h.callUpstreamOnce(ctx, j)
+		return h.f.CallUpstreamOnce(ctx, j)
 	}
 	for round := 0; ; round++ {
-		res := h.callUpstreamOnce(ctx, j)
+		res := h.f.CallUpstreamOnce(ctx, j)
 		if res.Outcome.Kind != taskstore.OutcomeResult || !isInputRequired(res.Outcome.Raw) {
 			return res
 		}
 		if round >= maxRounds {
-			return internalFailure("upstream asked for input more than %d times in one call", maxRounds)
+			return wire.InternalFailure("upstream asked for input more than %d times in one call", maxRounds)
 		}
 		vals, err := jsonx.Members(res.Outcome.Raw, "inputRequests", "requestState")
 		if err != nil || !isObject(vals[0]) {
-			return internalFailure("upstream answered input_required without an inputRequests object")
+			return wire.InternalFailure("upstream answered input_required without an inputRequests object")
 		}
 		reqs, err := splitObject(vals[0])
 		if err != nil || len(reqs) == 0 {
-			return internalFailure("upstream answered input_required without questions")
+			return wire.InternalFailure("upstream answered input_required without questions")
 		}
 		state, _ := jsonx.UnquoteValue(vals[1])
 		ok := make(chan struct{})
@@ -356,7 +358,7 @@ func (h *Handler) callModern(ctx context.Context, j *job) callResult {
 			qv, err := jsonx.Members(r.val, "method", "params")
 			method, _ := jsonx.UnquoteValue(qv[0])
 			if err != nil || !mj.declares(method) {
-				return internalFailure("upstream asked for %q, which the client of this task did not declare", method)
+				return wire.InternalFailure("upstream asked for %q, which the client of this task did not declare", method)
 			}
 			params := qv[1]
 			if params == nil {
@@ -367,13 +369,13 @@ func (h *Handler) callModern(ctx context.Context, j *job) callResult {
 		select {
 		case <-ok:
 		case <-ctx.Done():
-			return callResult{}
+			return engine.Result{}
 		}
 		body, err := mj.retryParams()
 		if err != nil {
-			return internalFailure("building the retry with the client's answers failed: %v", err)
+			return wire.InternalFailure("building the retry with the client's answers failed: %v", err)
 		}
-		j.req.SetBody(appendCallBody(nil, j.Task.UpstreamID, body))
+		j.Req.SetBody(appendCallBody(nil, j.Task.UpstreamID, body))
 	}
 }
 
@@ -389,7 +391,7 @@ func (mj *modernJob) retryParams() ([]byte, error) {
 			resp = append(resp, ',')
 		}
 		n++
-		resp = appendJSONString(resp, k)
+		resp = wire.AppendJSONString(resp, k)
 		resp = append(resp, ':')
 		resp = append(resp, v...)
 	}
@@ -398,7 +400,7 @@ func (mj *modernJob) retryParams() ([]byte, error) {
 	if err != nil || mj.state == "" {
 		return out, err
 	}
-	return jsonx.SetMember(out, "requestState", appendJSONString(nil, mj.state))
+	return jsonx.SetMember(out, "requestState", wire.AppendJSONString(nil, mj.state))
 }
 
 // isInputRequired reports whether a result is an InputRequiredResult.

@@ -16,6 +16,7 @@ import (
 	"github.com/taskgate/taskgate/policy"
 	"github.com/taskgate/taskgate/proxy/sse"
 	"github.com/taskgate/taskgate/proxy/sysconn"
+	"github.com/taskgate/taskgate/proxy/wire"
 	"github.com/taskgate/taskgate/proxy/wire2026"
 	"github.com/taskgate/taskgate/taskstore"
 )
@@ -37,22 +38,22 @@ import (
 // upstream, whose client can answer questions) there is no window: the
 // client gets the call's outcome, or an InputRequiredResult whenever the
 // upstream asks, and never sees the task that carries the call.
-func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, tool string, st policy.Settings, m *modernMeta, era int, plain bool) {
+func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, tool string, st policy.Settings, m *modernMeta, era int, plain bool) {
 	h := w.h
 	if h.eng.Closed() {
-		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, msgShuttingDown))
+		wire.RPCError(rc, info, env.ID, wire.NewError(wire.CodeInternalError, wire.MsgShuttingDown))
 		return
 	}
 	owner, _ := h.owner(&rc.Request.Header)
-	if !h.allowTaskOp(rc, info, env.id, owner) {
+	if !h.f.AllowTaskOp(rc, info, env.ID, owner) {
 		return
 	}
-	params, err := upstreamParams(env.params, era)
+	params, err := upstreamParams(env.Params, era)
 	if err != nil {
-		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid tools/call params: "+err.Error()))
+		wire.RPCError(rc, info, env.ID, wire.NewError(wire.CodeInvalidParams, "taskgate: invalid tools/call params: "+err.Error()))
 		return
 	}
-	id, upNonce, ok := h.reserveTaskCall(rc, info, env, tool, st)
+	id, upNonce, ok := h.f.ReserveTaskCall(rc, info, env, tool, st)
 	if !ok {
 		return
 	}
@@ -66,17 +67,17 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 		TTL:          st.TTL(nil),
 		PollInterval: st.PollInterval,
 		Tool:         tool,
-		UpstreamID:   `"` + upstreamIDPrefix + upNonce + `"`,
+		UpstreamID:   `"` + wire.UpstreamIDPrefix + upNonce + `"`,
 		Runner:       h.cfg.ProcessID,
 		Era:          wire2026.ProtocolVersion,
 	}
-	info.taskID = id
+	info.TaskID = id
 
 	mj := newModernJob(era, m, params)
 	if plain {
-		token, err := progressToken(env.params)
+		token, err := progressToken(env.Params)
 		if err != nil {
-			h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid params._meta: "+err.Error()))
+			wire.RPCError(rc, info, env.ID, wire.NewError(wire.CodeInvalidParams, "taskgate: invalid params._meta: "+err.Error()))
 			return
 		}
 		mj.wantNotes(token, m.logLevel)
@@ -85,16 +86,16 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 	if err := w.prepareCall(rc, req, era, mj); err != nil {
 		fasthttp.ReleaseRequest(req)
 		h.eng.ReleaseTool(tool)
-		h.upstreamFailed(rc, info, env.id, err)
+		h.upstreamFailed(rc, info, env.ID, err)
 		return
 	}
 	req.SetBody(appendCallBody(nil, t.UpstreamID, params))
 
-	j := &job{req: req, modern: mj}
-	if !h.storeTask(rc, info, env, j, t, st, "", "", mj.release) {
+	j := &wire.Job{Req: req, Call: &call26{w: w, mj: mj}}
+	if !h.f.StoreTask(rc, info, env, j, t, st, "", "", mj.release) {
 		return
 	}
-	h.logOf(info).Info().Str(logTaskID, id).Str(logOwner, owner).Str(logTool, tool).Str("wire", wire2026.ProtocolVersion).
+	h.f.LogOf(info).Info().Str(wire.LogTaskID, id).Str(wire.LogOwner, owner).Str(wire.LogTool, tool).Str("wire", wire2026.ProtocolVersion).
 		Dur("ttl", t.TTL).Msg("task created")
 	h.eng.Start(&j.Job)
 
@@ -106,15 +107,15 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 	}
 	select {
 	case <-j.Settled():
-		w.plainOutcome(rc, info, env.id, j, m)
+		w.plainOutcome(rc, info, env.ID, j, m)
 	case <-mj.asked:
-		info.outcome = "input_required"
-		w.inputRequired(rc, env.id, owner, j, plain)
+		info.Outcome = "input_required"
+		w.inputRequired(rc, env.ID, owner, j, plain)
 		w.expireHold(j)
 	case <-window:
-		w.created(rc, env.id, j.Task)
+		w.created(rc, env.ID, j.Task)
 	case n := <-mj.notes: // (nil unless plain)
-		w.streamPlain(rc, info, env.id, owner, j, m, n, mj.asked, true)
+		w.streamPlain(rc, info, env.ID, owner, j, m, n, mj.asked, true)
 	}
 }
 
@@ -124,7 +125,7 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 // then the call's outcome, or an InputRequiredResult when the upstream
 // asks (asked closes; hold: the call was not answered yet, so an unanswered
 // hold expires). A client that closes the stream withdraws the call.
-func (w *modernWire) streamPlain(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, owner string, j *job, m *modernMeta, n []byte, asked <-chan struct{}, hold bool) {
+func (w *modernWire) streamPlain(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, owner string, j *wire.Job, m *modernMeta, n []byte, asked <-chan struct{}, hold bool) {
 	h := w.h
 	id = append([]byte(nil), id...)
 	meta := *m
@@ -151,7 +152,7 @@ func (w *modernWire) streamPlain(rc *fasthttp.RequestCtx, info *reqInfo, id []by
 		ok := write(n)
 		for ok {
 			select {
-			case n := <-j.modern.notes:
+			case n := <-modernOf(j).notes:
 				ok = write(n)
 			case <-j.Settled():
 				w.drainNotes(j, write)
@@ -163,7 +164,7 @@ func (w *modernWire) streamPlain(rc *fasthttp.RequestCtx, info *reqInfo, id []by
 			case <-asked:
 				w.drainNotes(j, write)
 				outcome = "input_required"
-				write(appendResultResponse(nil, id, w.inputRequiredResult(owner, j)))
+				write(wire.AppendResult(nil, id, w.inputRequiredResult(owner, j)))
 				if hold {
 					w.expireHold(j)
 				}
@@ -172,7 +173,7 @@ func (w *modernWire) streamPlain(rc *fasthttp.RequestCtx, info *reqInfo, id []by
 				ok = false
 			}
 		}
-		outcome = outcomeClientGone
+		outcome = wire.OutcomeClientGone
 		if h.root.Err() == nil {
 			// Closing a request's stream cancels it.
 			_ = h.eng.Withdraw(h.root, &j.Job, "the client closed the request")
@@ -181,10 +182,10 @@ func (w *modernWire) streamPlain(rc *fasthttp.RequestCtx, info *reqInfo, id []by
 }
 
 // drainNotes writes the notifications j's call sent before its answer.
-func (w *modernWire) drainNotes(j *job, write func([]byte) bool) {
+func (w *modernWire) drainNotes(j *wire.Job, write func([]byte) bool) {
 	for {
 		select {
-		case n := <-j.modern.notes:
+		case n := <-modernOf(j).notes:
 			if !write(n) {
 				return
 			}
@@ -197,25 +198,25 @@ func (w *modernWire) drainNotes(j *job, write func([]byte) bool) {
 // created answers with the CreateTaskResult of t.
 func (w *modernWire) created(rc *fasthttp.RequestCtx, id []byte, t *taskstore.Task) {
 	wt := w.toWireTask(t)
-	w.h.rpcResult(rc, id, wire2026.AppendCreateTaskResult(make([]byte, 0, 256), &wt))
+	wire.RPCResult(rc, id, wire2026.AppendCreateTaskResult(make([]byte, 0, 256), &wt))
 }
 
 // plainOutcome answers a call that ended within the promote window with
 // its outcome, as a plain call would have been answered.
-func (w *modernWire) plainOutcome(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, j *job, m *modernMeta) {
+func (w *modernWire) plainOutcome(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, j *wire.Job, m *modernMeta) {
 	t, out := j.Final()
 	w.plainAnswer(rc, info, id, j.Task, t, out, m)
 }
 
 // plainAnswer is plainOutcome for task (its final state ft and outcome
 // out, when known; else read from the store).
-func (w *modernWire) plainAnswer(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, task, ft *taskstore.Task, out *taskstore.Outcome, m *modernMeta) {
+func (w *modernWire) plainAnswer(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, task, ft *taskstore.Task, out *taskstore.Outcome, m *modernMeta) {
 	t := ft
 	if t == nil {
 		var err error
 		t, out, err = w.h.eng.Outcome(w.h.root, task.Owner, task.ID)
 		if err != nil {
-			w.h.storeError(rc, info, id, err)
+			w.h.f.StoreError(rc, info, id, err)
 			return
 		}
 	}
@@ -227,56 +228,56 @@ func (w *modernWire) plainAnswer(rc *fasthttp.RequestCtx, info *reqInfo, id []by
 func (w *modernWire) plainMessage(id []byte, t *taskstore.Task, out *taskstore.Outcome, m *modernMeta) bridgeAnswer {
 	switch {
 	case out != nil && out.Kind == taskstore.OutcomeResult:
-		msg, err := capability.ModernResult(appendResultResponse(nil, id, out.Raw), false)
+		msg, err := capability.ModernResult(wire.AppendResult(nil, id, out.Raw), false)
 		if err != nil {
-			msg = appendResultResponse(nil, id, out.Raw)
+			msg = wire.AppendResult(nil, id, out.Raw)
 		}
 		return bridgeAnswer{status: fasthttp.StatusOK, msg: msg}
 	case out != nil && out.Kind == taskstore.OutcomeError:
 		if res, missing, ok := urlElicitationAnswer(out.Raw, m); ok {
 			if missing != nil {
 				return bridgeAnswer{status: fasthttp.StatusBadRequest, outcome: "rpc_error",
-					msg: wire2026.AppendError(nil, id, wire2026.CodeMissingCapability,
+					msg: wire.AppendErrorData(nil, id, wire2026.CodeMissingCapability,
 						"taskgate: the upstream needs a URL elicitation, which the request did not declare", missing)}
 			}
-			return bridgeAnswer{status: fasthttp.StatusOK, outcome: "input_required", msg: appendResultResponse(nil, id, res)}
+			return bridgeAnswer{status: fasthttp.StatusOK, outcome: "input_required", msg: wire.AppendResult(nil, id, res)}
 		}
-		return bridgeAnswer{status: fasthttp.StatusOK, msg: appendRawErrorResponse(nil, id, out.Raw)}
+		return bridgeAnswer{status: fasthttp.StatusOK, msg: wire.AppendRawError(nil, id, out.Raw)}
 	case t.Status == taskstore.Cancelled:
 		return bridgeAnswer{status: fasthttp.StatusOK, outcome: "rpc_error",
-			msg: appendErrorResponse(nil, id, codeInternalError, "taskgate: the call was cancelled")}
+			msg: wire.AppendError(nil, id, wire.CodeInternalError, "taskgate: the call was cancelled")}
 	default:
 		return bridgeAnswer{status: fasthttp.StatusOK, outcome: "rpc_error",
-			msg: appendErrorResponse(nil, id, codeInternalError, "taskgate: "+t.StatusMessage)}
+			msg: wire.AppendError(nil, id, wire.CodeInternalError, "taskgate: "+t.StatusMessage)}
 	}
 }
 
 // inputRequired answers with an InputRequiredResult holding j's open
 // questions and a requestState naming j's task.
-func (w *modernWire) inputRequired(rc *fasthttp.RequestCtx, id []byte, owner string, j *job, plain bool) {
+func (w *modernWire) inputRequired(rc *fasthttp.RequestCtx, id []byte, owner string, j *wire.Job, plain bool) {
 	state := w.signState(owner, j.Task.ID, j.Task.Tool, plain, time.Now().Add(holdFor))
-	w.h.rpcResult(rc, id, wire2026.AppendInputRequired(nil, j.modern.openRequests(), state))
+	wire.RPCResult(rc, id, wire2026.AppendInputRequired(nil, modernOf(j).openRequests(), state))
 }
 
 // inputRequiredResult is the InputRequiredResult of a plain call j (see
 // inputRequired).
-func (w *modernWire) inputRequiredResult(owner string, j *job) []byte {
+func (w *modernWire) inputRequiredResult(owner string, j *wire.Job) []byte {
 	state := w.signState(owner, j.Task.ID, j.Task.Tool, true, time.Now().Add(holdFor))
-	return wire2026.AppendInputRequired(nil, j.modern.openRequests(), state)
+	return wire2026.AppendInputRequired(nil, modernOf(j).openRequests(), state)
 }
 
 // expireHold cancels the held call of j when its client has not answered
 // any question by the time the requestState expires: nobody else knows the
 // task, and it would hold an upstream call and a place in the owner's
 // limit until the policy timeout.
-func (w *modernWire) expireHold(j *job) {
+func (w *modernWire) expireHold(j *wire.Job) {
 	h := w.h
 	time.AfterFunc(holdFor, func() {
-		if j.modern.answeredAny() || h.root.Err() != nil {
+		if modernOf(j).answeredAny() || h.root.Err() != nil {
 			return
 		}
 		if h.eng.Withdraw(h.root, &j.Job, "the client did not answer the questions before its requestState expired") == nil {
-			h.log.Info().Str(logTaskID, j.Task.ID).Msg("held call cancelled: its requestState expired unanswered")
+			h.log.Info().Str(wire.LogTaskID, j.Task.ID).Msg("held call cancelled: its requestState expired unanswered")
 		}
 	})
 }
@@ -345,37 +346,37 @@ func equalConstantTime(a, b string) bool {
 // from createTask: the answers go to the held call (its task), and the
 // client gets the task's CreateTaskResult. A tampered, expired or foreign
 // requestState is refused with -32602.
-func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, tool, state string) {
+func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, tool, state string) {
 	h := w.h
 	owner, _ := h.owner(&rc.Request.Header)
-	if !h.allowTaskOp(rc, info, env.id, owner) {
+	if !h.f.AllowTaskOp(rc, info, env.ID, owner) {
 		return
 	}
 	taskID, plain, ok := w.verifyState(owner, tool, state)
 	if !ok {
-		w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: requestState is invalid, expired, or not for this call", nil)
+		w.fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: requestState is invalid, expired, or not for this call", nil)
 		return
 	}
-	info.taskID = taskID
-	vals, err := jsonx.Members(env.params, "inputResponses")
+	info.TaskID = taskID
+	vals, err := jsonx.Members(env.Params, "inputResponses")
 	if err != nil || !isObject(vals[0]) {
-		w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: a retry with requestState needs an inputResponses object", nil)
+		w.fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: a retry with requestState needs an inputResponses object", nil)
 		return
 	}
-	meta, _ := parseModernMeta(env.params)
+	meta, _ := parseModernMeta(env.Params)
 	m := &meta
 	var next <-chan struct{}
-	j := h.localJob(owner, taskID)
-	if plain && j != nil && j.modern != nil {
-		next = j.modern.nextQuestion()
+	j := h.f.LocalJob(owner, taskID)
+	if plain && j != nil && modernOf(j) != nil {
+		next = modernOf(j).nextQuestion()
 	}
 	t, err := w.answer(owner, taskID, vals[0])
 	if err != nil {
-		w.taskError(rc, info, env.id, err)
+		w.taskError(rc, info, env.ID, err)
 		return
 	}
 	if !plain {
-		w.created(rc, env.id, t)
+		w.created(rc, env.ID, t)
 		return
 	}
 	if next == nil {
@@ -384,29 +385,29 @@ func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 		t, out, reqs, err := h.eng.WaitTerminalOrInput(h.root, owner, taskID)
 		switch {
 		case err != nil:
-			w.taskError(rc, info, env.id, err)
+			w.taskError(rc, info, env.ID, err)
 		case len(reqs) > 0:
-			info.outcome = "input_required"
+			info.Outcome = "input_required"
 			state := w.signState(owner, taskID, tool, true, time.Now().Add(holdFor))
-			h.rpcResult(rc, env.id, wire2026.AppendInputRequired(nil, appendInputRequests(nil, reqs), state))
+			wire.RPCResult(rc, env.ID, wire2026.AppendInputRequired(nil, appendInputRequests(nil, reqs), state))
 		default:
-			w.plainAnswer(rc, info, env.id, t, t, out, m)
+			w.plainAnswer(rc, info, env.ID, t, t, out, m)
 		}
 		return
 	}
-	if string(j.modern.openRequests()) != "{}" {
-		info.outcome = "input_required"
-		w.inputRequired(rc, env.id, owner, j, true) // questions left unanswered
+	if string(modernOf(j).openRequests()) != "{}" {
+		info.Outcome = "input_required"
+		w.inputRequired(rc, env.ID, owner, j, true) // questions left unanswered
 		return
 	}
 	select {
 	case <-j.Settled():
-		w.plainOutcome(rc, info, env.id, j, m)
+		w.plainOutcome(rc, info, env.ID, j, m)
 	case <-next:
-		info.outcome = "input_required"
-		w.inputRequired(rc, env.id, owner, j, true)
-	case n := <-j.modern.notes: // (nil unless the creating request asked)
-		w.streamPlain(rc, info, env.id, owner, j, m, n, next, false)
+		info.Outcome = "input_required"
+		w.inputRequired(rc, env.ID, owner, j, true)
+	case n := <-modernOf(j).notes: // (nil unless the creating request asked)
+		w.streamPlain(rc, info, env.ID, owner, j, m, n, next, false)
 	}
 }
 
@@ -415,79 +416,79 @@ func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 // does not declare the extension gets -32021 (even for an unknown id), and
 // the Mcp-Name header must be present and equal params.taskId (else
 // -32020). A foreign task is an unknown one (-32602).
-func (w *modernWire) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, m *modernMeta) {
+func (w *modernWire) tasksMethod(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, m *modernMeta) {
 	h := w.h
-	if env.id == nil {
-		w.fail(rc, info, nil, 400, codeInvalidRequest, "taskgate: "+env.method+" must be a request with an id", nil)
+	if env.ID == nil {
+		w.fail(rc, info, nil, 400, wire.CodeInvalidRequest, "taskgate: "+env.Method+" must be a request with an id", nil)
 		return
 	}
 	if !m.tasks {
-		info.outcome = "capability_missing"
-		w.fail(rc, info, env.id, 400, wire2026.CodeMissingCapability, "taskgate: "+env.method+
+		info.Outcome = "capability_missing"
+		w.fail(rc, info, env.ID, 400, wire2026.CodeMissingCapability, "taskgate: "+env.Method+
 			" needs the extension "+wire2026.ExtensionTasks+" in the request's client capabilities", []byte(wire2026.RequiredTasksData))
 		return
 	}
 	var taskID string
 	var responses []byte
-	if env.params != nil {
-		vals, err := jsonx.Members(env.params, "taskId", "inputResponses")
+	if env.Params != nil {
+		vals, err := jsonx.Members(env.Params, "taskId", "inputResponses")
 		if err != nil {
-			w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: invalid params: "+err.Error(), nil)
+			w.fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: invalid params: "+err.Error(), nil)
 			return
 		}
 		taskID, _ = jsonx.UnquoteValue(vals[0])
 		responses = vals[1]
 	}
 	if n, ok := headerName(rc.Request.Header.Peek(wire2026.HeaderName)); !ok || n != taskID || n == "" {
-		w.fail(rc, info, env.id, 400, wire2026.CodeHeaderMismatch,
-			"taskgate: the Mcp-Name header must equal params.taskId on "+env.method, nil)
+		w.fail(rc, info, env.ID, 400, wire2026.CodeHeaderMismatch,
+			"taskgate: the Mcp-Name header must equal params.taskId on "+env.Method, nil)
 		return
 	}
 	owner, _ := h.owner(&rc.Request.Header)
-	if !h.allowTaskOp(rc, info, env.id, owner) {
+	if !h.f.AllowTaskOp(rc, info, env.ID, owner) {
 		return
 	}
-	info.taskID = taskID
-	switch env.method {
-	case methodTasksGet:
-		t, out, err := h.eng.Outcome(h.ctxOf(info), owner, taskID)
+	info.TaskID = taskID
+	switch env.Method {
+	case wire.MethodTasksGet:
+		t, out, err := h.eng.Outcome(h.f.CtxOf(info), owner, taskID)
 		if err != nil {
-			h.storeError(rc, info, env.id, err)
+			h.f.StoreError(rc, info, env.ID, err)
 			return
 		}
-		h.rpcResult(rc, env.id, w.appendGet(nil, t, out, w.openRequests(t)))
-	case methodTasksUpdate:
+		wire.RPCResult(rc, env.ID, w.appendGet(nil, t, out, w.openRequests(t)))
+	case wire.MethodTasksUpdate:
 		if !isObject(responses) {
-			w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: tasks/update needs an inputResponses object", nil)
+			w.fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: tasks/update needs an inputResponses object", nil)
 			return
 		}
 		if _, err := w.answer(owner, taskID, responses); err != nil {
-			w.taskError(rc, info, env.id, err)
+			w.taskError(rc, info, env.ID, err)
 			return
 		}
-		h.rpcResult(rc, env.id, []byte(wire2026.Ack))
-	case methodTasksCancel:
-		_, err := h.eng.Cancel(h.ctxOf(info), owner, taskID, "cancelled by the client", false)
+		wire.RPCResult(rc, env.ID, []byte(wire2026.Ack))
+	case wire.MethodTasksCancel:
+		_, err := h.eng.Cancel(h.f.CtxOf(info), owner, taskID, "cancelled by the client", false)
 		switch {
 		case errors.Is(err, taskstore.ErrTerminal):
 			// Cancelling a finished task changes nothing and is
 			// acknowledged like any cancel on this wire.
 		case err != nil:
-			h.storeError(rc, info, env.id, err)
+			h.f.StoreError(rc, info, env.ID, err)
 			return
 		}
-		h.rpcResult(rc, env.id, []byte(wire2026.Ack))
+		wire.RPCResult(rc, env.ID, []byte(wire2026.Ack))
 	}
 }
 
 // taskError answers err: a JSON-RPC error taskgate made, or a store error.
-func (w *modernWire) taskError(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, err error) {
-	var re *rpcError
+func (w *modernWire) taskError(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, err error) {
+	var re *wire.Error
 	if errors.As(err, &re) {
-		w.h.rpcError(rc, info, id, re)
+		wire.RPCError(rc, info, id, re)
 		return
 	}
-	w.h.storeError(rc, info, id, err)
+	w.h.f.StoreError(rc, info, id, err)
 }
 
 // appendGet renders the tasks/get result of t: a tool result is inline
@@ -512,7 +513,7 @@ func (w *modernWire) appendGet(dst []byte, t *taskstore.Task, out *taskstore.Out
 		if msg == "" {
 			msg = "task failed without an upstream answer"
 		}
-		d.Error = wire2026.AppendErrorObject(nil, codeInternalError, "taskgate: "+msg)
+		d.Error = wire.AppendErrorObject(nil, wire.CodeInternalError, "taskgate: "+msg)
 	case t.Status == taskstore.InputRequired:
 		if len(reqs) > 0 {
 			d.InputRequests = reqs
@@ -563,9 +564,9 @@ func (w *modernWire) openRequests(t *taskstore.Task) []byte {
 		}
 		return appendInputRequests(nil, reqs)
 	}
-	h.log.Debug().Err(err).Str(logTaskID, t.ID).Msg("reading a task's open questions from the store failed")
-	if j := h.localJob(t.Owner, t.ID); j != nil && j.modern != nil {
-		if r := j.modern.openRequests(); string(r) != "{}" {
+	h.log.Debug().Err(err).Str(wire.LogTaskID, t.ID).Msg("reading a task's open questions from the store failed")
+	if j := h.f.LocalJob(t.Owner, t.ID); j != nil && modernOf(j) != nil {
+		if r := modernOf(j).openRequests(); string(r) != "{}" {
 			return r
 		}
 	}
@@ -603,7 +604,7 @@ func (w *modernWire) answer(owner, taskID string, responses []byte) (*taskstore.
 	}
 	answers, err := splitObject(responses)
 	if err != nil {
-		return nil, newRPCError(codeInvalidParams, "taskgate: invalid inputResponses: "+err.Error())
+		return nil, wire.NewError(wire.CodeInvalidParams, "taskgate: invalid inputResponses: "+err.Error())
 	}
 	if len(answers) == 0 {
 		return t, nil
@@ -622,7 +623,7 @@ func (w *modernWire) answer(owner, taskID string, responses []byte) (*taskstore.
 	if open == 0 && len(taken) > 0 && t.Status == taskstore.InputRequired {
 		t.Status = taskstore.Working
 	}
-	if j := h.localJob(owner, taskID); j != nil && j.modern != nil {
+	if j := h.f.LocalJob(owner, taskID); j != nil && modernOf(j) != nil {
 		// The store put the answers it took in the inbox, for the
 		// runner's supervisor; delivering them here makes them reach the
 		// call now (a key is delivered once, whichever gets there first).
@@ -633,12 +634,12 @@ func (w *modernWire) answer(owner, taskID string, responses []byte) (*taskstore.
 		}
 		var mine []keyVal
 		for _, a := range answers {
-			if byKey[a.key] || j.modern.unstored(a.key) {
+			if byKey[a.key] || modernOf(j).unstored(a.key) {
 				mine = append(mine, a)
 				delete(byKey, a.key)
 			}
 		}
-		if len(mine) > 0 && j.modern.deliver(h, j, mine) && t.Status == taskstore.InputRequired {
+		if len(mine) > 0 && modernOf(j).deliver(h, j, mine) && t.Status == taskstore.InputRequired {
 			t.Status = taskstore.Working
 		}
 	}
@@ -670,7 +671,7 @@ func splitObject(obj []byte) ([]keyVal, error) {
 // appendAnswer is an answer as it travels through the store: {"key":..,"answer":..}.
 func appendAnswer(dst []byte, key string, val []byte) []byte {
 	dst = append(dst, `{"key":`...)
-	dst = appendJSONString(dst, key)
+	dst = wire.AppendJSONString(dst, key)
 	dst = append(dst, `,"answer":`...)
 	dst = append(dst, val...)
 	return append(dst, '}')

@@ -234,7 +234,7 @@ func TestBridgeSessions(t *testing.T) {
 		rc.SetStatusCode(fasthttp.StatusAccepted)
 	}
 	tp := newTestProxy(t, init)
-	b := &tp.h.w26.sessions
+	b := &tp.h.eras[0].(*modernWire).sessions
 	b.max, b.idle = 1, time.Minute
 	hdr := func(who string) *fasthttp.RequestHeader {
 		var h fasthttp.RequestHeader
@@ -348,7 +348,7 @@ func TestAppendGetInlineResult(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			task := &taskstore.Task{ID: "t1", Status: tt.status, CreatedAt: now, UpdatedAt: now, TTL: time.Minute}
-			got := tp.h.w26.appendGet(nil, task, &taskstore.Outcome{Kind: taskstore.OutcomeResult, Raw: []byte(tt.raw)}, nil)
+			got := tp.h.eras[0].(*modernWire).appendGet(nil, task, &taskstore.Outcome{Kind: taskstore.OutcomeResult, Raw: []byte(tt.raw)}, nil)
 			var res struct {
 				ResultType string          `json:"resultType"`
 				Status     string          `json:"status"`
@@ -380,7 +380,7 @@ func TestBridgeSessionsAnonymous(t *testing.T) {
 	})
 	// (One request, so the test server runs before its cleanup stops it.)
 	tp.do(modernPost("tasks/get", `{"taskId":"none"}`, `{"extensions":{"io.modelcontextprotocol/tasks":{}}}`, "none"))
-	w := tp.h.w26
+	w := tp.h.eras[0].(*modernWire)
 	var anon fasthttp.RequestHeader
 	a, err := w.session(&anon)
 	if err != nil {

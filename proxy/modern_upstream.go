@@ -19,6 +19,7 @@ import (
 	"github.com/taskgate/taskgate/proxy/sse"
 	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/proxy/upstream"
+	"github.com/taskgate/taskgate/proxy/wire"
 	"github.com/taskgate/taskgate/proxy/wire2026"
 )
 
@@ -56,8 +57,8 @@ func (w *modernWire) upstreamEra() (era int, native bool, err error) {
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	w.newUpstreamRequest(req, nil)
-	req.Header.Set(headerProtocolVersion, wire2026.ProtocolVersion)
-	req.Header.Set(wire2026.HeaderMethod, methodDiscover)
+	req.Header.Set(wire.HeaderProtocolVersion, wire2026.ProtocolVersion)
+	req.Header.Set(wire2026.HeaderMethod, wire.MethodDiscover)
 	req.SetBodyString(`{"jsonrpc":"2.0","id":"taskgate-probe","method":"server/discover","params":{"_meta":{"` +
 		wire2026.MetaProtocolVersion + `":"` + wire2026.ProtocolVersion + `","` + wire2026.MetaClientCapabilities + `":{}}}}`)
 	ctx, cancel := context.WithTimeout(h.root, 10*time.Second)
@@ -123,13 +124,13 @@ func (w *modernWire) exchangeRelay(ctx context.Context, req *fasthttp.Request, a
 	}
 	defer x.Done()
 	status = x.Resp.StatusCode()
-	sid = string(x.Resp.Header.Peek(headerSessionID))
+	sid = string(x.Resp.Header.Peek(wire.HeaderSessionID))
 	body := x.Resp.BodyStream()
 	if body == nil {
 		body = bytes.NewReader(x.Resp.Body())
 	}
-	if !isEventStream(x.Resp.Header.ContentType()) {
-		msg, err = readAllLimit(body, h.cfg.MaxResultSize)
+	if !wire.IsEventStream(x.Resp.Header.ContentType()) {
+		msg, err = wire.ReadAllLimit(body, h.cfg.MaxResultSize)
 		x.SetReusable(err == nil)
 		return status, msg, sid, err
 	}
@@ -137,32 +138,32 @@ func (w *modernWire) exchangeRelay(ctx context.Context, req *fasthttp.Request, a
 	for {
 		ev, err := r.Next()
 		if ev != nil && len(ev.Data) > 0 {
-			env, perr := parseEnvelope(ev.Data)
+			env, perr := wire.ParseEnvelope(ev.Data)
 			switch {
-			case perr != nil || env.kind == jsonx.KindBatch:
-			case env.isResponse():
+			case perr != nil || env.Kind == jsonx.KindBatch:
+			case env.IsResponse():
 				x.DrainEnd(body)
 				return status, append([]byte(nil), ev.Data...), sid, nil
-			case env.method == methodLogMessage && !env.isRequest() && relay != nil && m != nil && m.logLevel != "":
-				if lv, err := jsonx.Members(env.params, "level"); err == nil {
+			case env.Method == wire.MethodLogMessage && !env.IsRequest() && relay != nil && m != nil && m.logLevel != "":
+				if lv, err := jsonx.Members(env.Params, "level"); err == nil {
 					if l, ok := jsonx.UnquoteValue(lv[0]); ok && logLevelRank(l) >= logLevelRank(m.logLevel) {
 						relay(append([]byte(nil), ev.Data...))
 					}
 				}
-			case env.method == methodProgress && !env.isRequest() && relay != nil && token != nil:
-				if tv, err := jsonx.Members(env.params, "progressToken"); err == nil && canonicalID(tv[0]) == canonicalID(token) {
+			case env.Method == wire.MethodProgress && !env.IsRequest() && relay != nil && token != nil:
+				if tv, err := jsonx.Members(env.Params, "progressToken"); err == nil && wire.CanonicalID(tv[0]) == wire.CanonicalID(token) {
 					relay(append([]byte(nil), ev.Data...))
 				}
-			case env.isRequest() && answerTo != nil:
+			case env.IsRequest() && answerTo != nil:
 				var ans []byte
-				if cap := inputCapability(env.method); cap != "" && m != nil && !m.declares(cap) {
-					w.postWith(answerTo, appendErrorResponse(nil, env.id, codeMethodNotFound, "taskgate: the client did not declare "+cap))
+				if cap := inputCapability(env.Method); cap != "" && m != nil && !m.declares(cap) {
+					w.postWith(answerTo, wire.AppendError(nil, env.ID, wire.CodeMethodNotFound, "taskgate: the client did not declare "+cap))
 					return status, nil, sid, &missingCapability{capability: cap}
 				}
-				if env.method == methodPing {
-					ans = appendResultResponse(nil, env.id, []byte("{}"))
+				if env.Method == wire.MethodPing {
+					ans = wire.AppendResult(nil, env.ID, []byte("{}"))
 				} else {
-					ans = appendErrorResponse(nil, env.id, codeMethodNotFound, "taskgate: "+env.method+
+					ans = wire.AppendError(nil, env.ID, wire.CodeMethodNotFound, "taskgate: "+env.Method+
 						" cannot reach a client of protocol version "+wire2026.ProtocolVersion+" outside a task")
 				}
 				w.postWith(answerTo, ans)
@@ -217,7 +218,7 @@ func appendCancelled(dst, id []byte, reason string) []byte {
 	dst = append(dst, `{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`...)
 	dst = append(dst, id...)
 	dst = append(dst, `,"reason":`...)
-	dst = appendJSONString(dst, reason)
+	dst = wire.AppendJSONString(dst, reason)
 	return append(dst, "}}"...)
 }
 
@@ -245,52 +246,52 @@ func (w *modernWire) prepareCall(rc *fasthttp.RequestCtx, req *fasthttp.Request,
 }
 
 // plainCall forwards a 2026 tools/call that does not become a task.
-func (w *modernWire) plainCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, m *modernMeta, era int) {
-	params, err := jsonx.DeleteMember(env.params, "task")
+func (w *modernWire) plainCall(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, m *modernMeta, era int) {
+	params, err := jsonx.DeleteMember(env.Params, "task")
 	if err != nil {
-		w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: invalid tools/call params: "+err.Error(), nil)
+		w.fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: invalid tools/call params: "+err.Error(), nil)
 		return
 	}
 	if era == era2026 {
-		if len(params) != len(env.params) {
+		if len(params) != len(env.Params) {
 			body, err := jsonx.SetMember(rc.PostBody(), "params", params)
 			if err != nil {
-				w.fail(rc, info, env.id, 400, codeInvalidRequest, "taskgate: "+err.Error(), nil)
+				w.fail(rc, info, env.ID, 400, wire.CodeInvalidRequest, "taskgate: "+err.Error(), nil)
 				return
 			}
 			rc.Request.SetBody(body)
 		}
-		w.h.pass(rc, info, env.id)
+		w.h.pass(rc, info, env.ID)
 		return
 	}
 	w.bridge(rc, info, env, m, params)
 }
 
 // forward serves a 2026 request that taskgate does not answer itself.
-func (w *modernWire) forward(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, m *modernMeta, era int) {
+func (w *modernWire) forward(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, m *modernMeta, era int) {
 	if era == era2026 {
-		w.h.pass(rc, info, env.id)
+		w.h.pass(rc, info, env.ID)
 		return
 	}
-	if !env.isRequest() {
-		info.outcome = "ignored"
+	if !env.IsRequest() {
+		info.Outcome = "ignored"
 		rc.SetStatusCode(fasthttp.StatusAccepted)
 		return
 	}
-	w.bridge(rc, info, env, m, env.params)
+	w.bridge(rc, info, env, m, env.Params)
 }
 
 // discover answers server/discover: a 2026 upstream's own answer with the
 // tasks extension added, or for a 2025 upstream one made from the result of
 // its initialize.
-func (w *modernWire) discover(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, era int) {
+func (w *modernWire) discover(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, era int) {
 	h := w.h
-	if !env.isRequest() {
-		w.fail(rc, info, nil, 400, codeInvalidRequest, "taskgate: server/discover must be a request with an id", nil)
+	if !env.IsRequest() {
+		w.fail(rc, info, nil, 400, wire.CodeInvalidRequest, "taskgate: server/discover must be a request with an id", nil)
 		return
 	}
-	id := append([]byte(nil), env.id...)
-	log := h.logOf(info) // not info: the rewrite may run after the handler returned
+	id := append([]byte(nil), env.ID...)
+	log := h.f.LogOf(info) // not info: the rewrite may run after the handler returned
 	if era == era2026 {
 		h.forwardRewriting(rc, info, id, func(*fasthttp.Response) rewriteFunc {
 			return func(msg []byte) []byte {
@@ -312,10 +313,10 @@ func (w *modernWire) discover(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 	defer s.done()
 	res, err := capability.DiscoverFromInitialize(s.init, wire2026.SupportedVersions)
 	if err != nil {
-		h.rpcError(rc, info, id, newRPCError(codeInternalError, "taskgate: the upstream's initialize result is malformed"))
+		wire.RPCError(rc, info, id, wire.NewError(wire.CodeInternalError, "taskgate: the upstream's initialize result is malformed"))
 		return
 	}
-	h.rpcResult(rc, id, res)
+	wire.RPCResult(rc, id, res)
 }
 
 // bridge sends a 2026 request to a 2025 upstream in the caller's upstream
@@ -325,37 +326,37 @@ func (w *modernWire) discover(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 // messages at that level or above on its own response, before the result,
 // as a 2026 server sends them: as they come, on an SSE stream (see
 // bridgeStream).
-func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, m *modernMeta, params []byte) {
-	id := append([]byte(nil), env.id...)
+func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, m *modernMeta, params []byte) {
+	id := append([]byte(nil), env.ID...)
 	var token []byte
 	if params != nil {
 		var err error
 		if token, err = progressToken(params); err != nil {
-			w.fail(rc, info, id, 400, codeInvalidParams, "taskgate: invalid params._meta: "+err.Error(), nil)
+			w.fail(rc, info, id, 400, wire.CodeInvalidParams, "taskgate: invalid params._meta: "+err.Error(), nil)
 			return
 		}
 		if params, err = stripModernMeta(params); err != nil {
-			w.fail(rc, info, id, 400, codeInvalidParams, "taskgate: invalid params: "+err.Error(), nil)
+			w.fail(rc, info, id, 400, wire.CodeInvalidParams, "taskgate: invalid params: "+err.Error(), nil)
 			return
 		}
 	}
-	body := make([]byte, 0, len(params)+len(env.method)+len(id)+64)
+	body := make([]byte, 0, len(params)+len(env.Method)+len(id)+64)
 	body = append(body, `{"jsonrpc":"2.0","id":`...)
 	body = append(body, id...)
 	body = append(body, `,"method":`...)
-	body = appendJSONString(body, env.method)
+	body = wire.AppendJSONString(body, env.Method)
 	if params != nil {
 		body = append(body, `,"params":`...)
 		body = append(body, params...)
 	}
 	body = append(body, '}')
 	if token != nil || m.logLevel != "" {
-		w.bridgeStream(rc, info, env.method, id, body, m, token)
+		w.bridgeStream(rc, info, env.Method, id, body, m, token)
 		return
 	}
 	ctx, cancel := context.WithTimeout(w.h.root, bridgeDeadline)
 	defer cancel()
-	w.answerBridged(rc, info, w.bridgeExchange(ctx, &rc.Request.Header, env.method, id, body, m, nil, nil))
+	w.answerBridged(rc, info, w.bridgeExchange(ctx, &rc.Request.Header, env.Method, id, body, m, nil, nil))
 }
 
 // bridgeAnswer is the outcome of a bridged request: the HTTP status it
@@ -369,12 +370,12 @@ type bridgeAnswer struct {
 }
 
 // answerBridged writes a as the whole answer.
-func (w *modernWire) answerBridged(rc *fasthttp.RequestCtx, info *reqInfo, a bridgeAnswer) {
+func (w *modernWire) answerBridged(rc *fasthttp.RequestCtx, info *wire.Info, a bridgeAnswer) {
 	if a.err != nil {
-		w.h.log.Warn().Uint64(logReqID, rc.ID()).Str(logRPCMethod, info.method).Err(a.err).Msg("upstream request failed")
+		w.h.log.Warn().Uint64(logReqID, rc.ID()).Str(wire.LogRPCMethod, info.Method).Err(a.err).Msg("upstream request failed")
 	}
 	if a.outcome != "" {
-		info.outcome = a.outcome
+		info.Outcome = a.outcome
 	}
 	rc.SetStatusCode(a.status)
 	rc.Response.Header.SetContentType("application/json")
@@ -389,7 +390,7 @@ func (w *modernWire) answerBridged(rc *fasthttp.RequestCtx, info *reqInfo, a bri
 // each notification as it comes and then the response. A client that
 // closes the stream cancels the request: the upstream gets
 // notifications/cancelled.
-func (w *modernWire) bridgeStream(rc *fasthttp.RequestCtx, info *reqInfo, method string, id, body []byte, m *modernMeta, token []byte) {
+func (w *modernWire) bridgeStream(rc *fasthttp.RequestCtx, info *wire.Info, method string, id, body []byte, m *modernMeta, token []byte) {
 	h := w.h
 	hdr := new(fasthttp.RequestHeader)
 	rc.Request.Header.CopyTo(hdr)
@@ -420,7 +421,7 @@ func (w *modernWire) bridgeStream(rc *fasthttp.RequestCtx, info *reqInfo, method
 			b = sse.Append(b, "", <-notes)
 		}
 		if a.outcome != "" {
-			info.outcome = a.outcome
+			info.Outcome = a.outcome
 		}
 		rc.SetStatusCode(fasthttp.StatusOK)
 		rc.Response.Header.SetContentType("text/event-stream")
@@ -467,7 +468,7 @@ func (w *modernWire) bridgeStream(rc *fasthttp.RequestCtx, info *reqInfo, method
 				write(a.msg)
 				outcome = a.outcome
 				if gone || ctx.Err() != nil && a.err != nil {
-					outcome = outcomeClientGone
+					outcome = wire.OutcomeClientGone
 				}
 				return
 			}
@@ -520,13 +521,13 @@ func (w *modernWire) bridgeExchange(ctx context.Context, hdr *fasthttp.RequestHe
 	h.m.observeUpstream(method, time.Since(start))
 	if mc := (*missingCapability)(nil); errors.As(err, &mc) {
 		return bridgeAnswer{status: fasthttp.StatusBadRequest, outcome: "missing_capability",
-			msg: wire2026.AppendError(nil, id, wire2026.CodeMissingCapability, "taskgate: "+mc.Error(),
+			msg: wire.AppendErrorData(nil, id, wire2026.CodeMissingCapability, "taskgate: "+mc.Error(),
 				[]byte(`{"requiredCapabilities":{"`+mc.capability+`":{}}}`))}
 	}
 	if err != nil {
 		st, text := upstream.StatusFor(err)
 		return bridgeAnswer{status: st, outcome: "upstream_unreachable", err: err,
-			msg: appendErrorResponse(nil, id, codeInternalError, text)}
+			msg: wire.AppendError(nil, id, wire.CodeInternalError, text)}
 	}
 	// An upstream's JSON-RPC error answer is relayed whatever its HTTP
 	// status; an unknown method is HTTP 404 on the 2026 wire (M-30).
@@ -537,27 +538,27 @@ func (w *modernWire) bridgeExchange(ctx context.Context, hdr *fasthttp.RequestHe
 			// upstream without a JSON-RPC answer (a 2025 server may
 			// answer HTTP 400 and plain text).
 			return bridgeAnswer{status: fasthttp.StatusNotFound, outcome: "rpc_error",
-				msg: wire2026.AppendError(nil, id, codeMethodNotFound, "taskgate: method "+jsonQuote(method)+" not found", nil)}
+				msg: wire.AppendErrorData(nil, id, wire.CodeMethodNotFound, "taskgate: method "+jsonQuote(method)+" not found", nil)}
 		}
 		return bridgeAnswer{status: fasthttp.StatusBadGateway,
-			msg: appendErrorResponse(nil, id, codeInternalError, fmt.Sprintf("taskgate: upstream answered HTTP %d", status))}
+			msg: wire.AppendError(nil, id, wire.CodeInternalError, fmt.Sprintf("taskgate: upstream answered HTTP %d", status))}
 	}
 	if vals, err := jsonx.Members(msg, "error"); answered && err == nil {
 		if res, missing, ok := urlElicitationAnswer(vals[0], m); ok {
 			if missing != nil {
 				return bridgeAnswer{status: fasthttp.StatusBadRequest, outcome: "rpc_error",
-					msg: wire2026.AppendError(nil, id, wire2026.CodeMissingCapability,
+					msg: wire.AppendErrorData(nil, id, wire2026.CodeMissingCapability,
 						"taskgate: the upstream needs a URL elicitation, which the request did not declare", missing)}
 			}
-			return bridgeAnswer{status: fasthttp.StatusOK, outcome: "input_required", msg: appendResultResponse(nil, id, res)}
+			return bridgeAnswer{status: fasthttp.StatusOK, outcome: "input_required", msg: wire.AppendResult(nil, id, res)}
 		}
 	}
-	out, err := capability.ModernResult(modernErrorCode(msg), method == methodToolsList)
+	out, err := capability.ModernResult(modernErrorCode(msg), method == wire.MethodToolsList)
 	if err != nil {
 		out = msg
 	}
 	switch {
-	case answered && errorCodeOf(msg) == codeMethodNotFound:
+	case answered && errorCodeOf(msg) == wire.CodeMethodNotFound:
 		status = fasthttp.StatusNotFound
 	case status >= 200 && status <= 299:
 		status = fasthttp.StatusOK
@@ -624,7 +625,7 @@ func errorCodeOf(msg []byte) int {
 // (ttlMs, cacheScope) on the 2026 wire.
 func cacheableMethod(method string) bool {
 	switch method {
-	case methodToolsList, "prompts/list", "resources/list", "resources/templates/list", "resources/read":
+	case wire.MethodToolsList, "prompts/list", "resources/list", "resources/templates/list", "resources/read":
 		return true
 	}
 	return false
@@ -684,8 +685,8 @@ func (b *bridgeSessions) init(w *modernWire, max int, idle time.Duration) {
 
 // apply sets the session's headers on an upstream request.
 func (s *bridgeSession) apply(hdr *fasthttp.RequestHeader) {
-	hdr.Set(headerSessionID, s.sid)
-	hdr.Set(headerProtocolVersion, s.version)
+	hdr.Set(wire.HeaderSessionID, s.sid)
+	hdr.Set(wire.HeaderProtocolVersion, s.version)
 	hdr.Del(wire2026.HeaderMethod)
 	hdr.Del(wire2026.HeaderName)
 }
@@ -840,7 +841,7 @@ func (b *bridgeSessions) open(s *bridgeSession, hdr *fasthttp.RequestHeader) err
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	w.newUpstreamRequest(req, hdr)
-	req.Header.Del(headerProtocolVersion)
+	req.Header.Del(wire.HeaderProtocolVersion)
 	req.Header.Del(wire2026.HeaderMethod)
 	req.Header.Del(wire2026.HeaderName)
 	req.SetBodyString(`{"jsonrpc":"2.0","id":"taskgate-bridge-init","method":"initialize","params":{"protocolVersion":"` +
@@ -864,8 +865,8 @@ func (b *bridgeSessions) open(s *bridgeSession, hdr *fasthttp.RequestHeader) err
 	}
 	s.sid, s.init = sid, append([]byte(nil), res...)
 	s.last.Store(time.Now().UnixNano())
-	req.Header.Set(headerSessionID, sid)
-	req.Header.Set(headerProtocolVersion, s.version)
+	req.Header.Set(wire.HeaderSessionID, sid)
+	req.Header.Set(wire.HeaderProtocolVersion, s.version)
 	w.postWith(&req.Header, []byte(`{"jsonrpc":"2.0","method":"notifications/initialized"}`))
 	if offersLogging(res) {
 		// Every level reaches taskgate; each request's logLevel decides
@@ -873,7 +874,7 @@ func (b *bridgeSessions) open(s *bridgeSession, hdr *fasthttp.RequestHeader) err
 		w.postWith(&req.Header, []byte(`{"jsonrpc":"2.0","id":"taskgate-bridge-loglevel","method":"logging/setLevel","params":{"level":"debug"}}`))
 	}
 	if s.pool == nil {
-		w.h.log.Info().Str(logOwner, s.owner).Str("upstream_version", s.version).Msg("upstream session opened for 2026-07-28 clients")
+		w.h.log.Info().Str(wire.LogOwner, s.owner).Str("upstream_version", s.version).Msg("upstream session opened for 2026-07-28 clients")
 	} else {
 		w.h.log.Debug().Str("upstream_version", s.version).Msg("upstream session opened for one 2026-07-28 request without credentials")
 	}

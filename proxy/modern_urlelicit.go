@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/taskgate/taskgate/capability/jsonx"
+	"github.com/taskgate/taskgate/proxy/wire"
 	"github.com/taskgate/taskgate/proxy/wire2026"
 )
 
@@ -84,7 +85,7 @@ func modernTaskError(errObj []byte) []byte {
 	if errorCodeOf([]byte(`{"error":`+string(errObj)+`}`)) != codeURLElicitationRequired {
 		return errObj
 	}
-	if out, err := jsonx.SetMember(errObj, "code", []byte(strconv.Itoa(codeInternalError))); err == nil {
+	if out, err := jsonx.SetMember(errObj, "code", []byte(strconv.Itoa(wire.CodeInternalError))); err == nil {
 		return out
 	}
 	return errObj

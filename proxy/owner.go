@@ -12,6 +12,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/taskgate/taskgate/capability"
+	"github.com/taskgate/taskgate/proxy/wire"
 )
 
 // ownerAnonymous owns the tasks of requests that carry neither an
@@ -26,7 +27,7 @@ func (h *Handler) owner(hdr *fasthttp.RequestHeader) (owner string, identified b
 	if a := hdr.Peek(fasthttp.HeaderAuthorization); len(a) > 0 {
 		return "a" + h.keyedHash("authorization", a), true
 	}
-	if s := hdr.Peek(headerSessionID); len(s) > 0 {
+	if s := hdr.Peek(wire.HeaderSessionID); len(s) > 0 {
 		return "s" + h.keyedHash("session", s), true
 	}
 	return ownerAnonymous, false
@@ -108,16 +109,16 @@ func (h *Handler) hashShort(v []byte) string {
 // session's version comes from memory, so plain pass-through of other
 // sessions never touches the store.
 func (h *Handler) bridgeRequest(rc *fasthttp.RequestCtx, hdr *fasthttp.RequestHeader) {
-	if !h.policy().BridgeProtocolVersion || h.native.Load() {
+	if !h.policy().BridgeProtocolVersion || h.f.Native.Load() {
 		// An upstream with tasks of its own is never bridged (P-01).
 		return
 	}
-	if string(hdr.Peek(headerProtocolVersion)) != capability.ProtocolVersion {
+	if string(hdr.Peek(wire.HeaderProtocolVersion)) != capability.ProtocolVersion {
 		return
 	}
-	up := h.upstreamVersion(hdr.Peek(headerSessionID))
+	up := h.upstreamVersion(hdr.Peek(wire.HeaderSessionID))
 	if up != "" && up != capability.ProtocolVersion {
-		hdr.Set(headerProtocolVersion, up)
+		hdr.Set(wire.HeaderProtocolVersion, up)
 	}
 }
 
@@ -191,3 +192,7 @@ func (c *versionCache) put(k, v string) {
 	c.cur[k] = v
 	c.mu.Unlock()
 }
+
+// sessionVersionTTL is how long a bridged session's upstream version is
+// remembered in the store (sessions idle longer than this lose bridging).
+const sessionVersionTTL = 7 * 24 * time.Hour

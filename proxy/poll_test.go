@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/taskgate/taskgate/proxy/engine"
+	"github.com/taskgate/taskgate/proxy/wire"
 )
 
 // The 2026 wire reports a running task's pollIntervalMs as the 2025 wire
@@ -24,7 +27,7 @@ func TestModernPollIntervalGrows(t *testing.T) {
 			t.Fatal(err)
 		}
 		body := string(resp.Body())
-		if isEventStream(resp.Header.ContentType()) {
+		if wire.IsEventStream(resp.Header.ContentType()) {
 			i := strings.LastIndex(body, "data: ")
 			if i < 0 {
 				t.Fatalf("SSE answer without data: %s", body)
@@ -55,11 +58,11 @@ func TestModernPollIntervalGrows(t *testing.T) {
 	if id == "" {
 		t.Fatalf("tools/call = %v, want a task", created)
 	}
-	if p := poll("CreateTaskResult", created); p < pollMin.Milliseconds() || p >= 1000 {
-		t.Errorf("CreateTaskResult pollIntervalMs = %d, want a young task's short one (from %d ms)", p, pollMin.Milliseconds())
+	if p := poll("CreateTaskResult", created); p < engine.PollMin.Milliseconds() || p >= 1000 {
+		t.Errorf("CreateTaskResult pollIntervalMs = %d, want a young task's short one (from %d ms)", p, engine.PollMin.Milliseconds())
 	}
-	if p := poll("tasks/get", do(modernPost("tasks/get", `{"taskId":"`+id+`"}`, caps, id))); p < pollMin.Milliseconds() || p >= 1000 {
-		t.Errorf("tasks/get pollIntervalMs = %d, want a young task's short one (from %d ms)", p, pollMin.Milliseconds())
+	if p := poll("tasks/get", do(modernPost("tasks/get", `{"taskId":"`+id+`"}`, caps, id))); p < engine.PollMin.Milliseconds() || p >= 1000 {
+		t.Errorf("tasks/get pollIntervalMs = %d, want a young task's short one (from %d ms)", p, engine.PollMin.Milliseconds())
 	}
 	e.up.releaseAll()
 }

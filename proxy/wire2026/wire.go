@@ -149,36 +149,6 @@ func AppendInputRequired(dst, inputRequests []byte, requestState string) []byte 
 	return append(dst, '}')
 }
 
-// AppendError appends a JSON-RPC error response for id (raw JSON; nil is
-// null) with data (raw JSON; nil omits it).
-func AppendError(dst, id []byte, code int, msg string, data []byte) []byte {
-	dst = append(dst, `{"jsonrpc":"2.0","id":`...)
-	if id == nil {
-		dst = append(dst, "null"...)
-	} else {
-		dst = append(dst, id...)
-	}
-	dst = append(dst, `,"error":{"code":`...)
-	dst = strconv.AppendInt(dst, int64(code), 10)
-	dst = append(dst, `,"message":`...)
-	dst = appendString(dst, msg)
-	if data != nil {
-		dst = append(dst, `,"data":`...)
-		dst = append(dst, data...)
-	}
-	return append(dst, "}}"...)
-}
-
-// AppendErrorObject appends a JSON-RPC error object (what a failed task's
-// DetailedTask carries when taskgate, not the upstream, failed it).
-func AppendErrorObject(dst []byte, code int, msg string) []byte {
-	dst = append(dst, `{"code":`...)
-	dst = strconv.AppendInt(dst, int64(code), 10)
-	dst = append(dst, `,"message":`...)
-	dst = appendString(dst, msg)
-	return append(dst, '}')
-}
-
 // RequiredTasksData is the data of CodeMissingCapability when a request
 // needs the tasks extension.
 const RequiredTasksData = `{"requiredCapabilities":{"extensions":{"` + ExtensionTasks + `":{}}}}`

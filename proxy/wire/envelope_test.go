@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"encoding/json"
@@ -24,14 +24,14 @@ type envView struct {
 	Batch     []envView
 }
 
-func viewOf(e envelope) envView {
+func viewOf(e Envelope) envView {
 	v := envView{
-		ID: string(e.id), HasID: e.id != nil,
-		Method: e.method,
-		Params: string(e.params), HasParams: e.params != nil,
-		Result: e.hasResult, Error: e.hasError,
+		ID: string(e.ID), HasID: e.ID != nil,
+		Method: e.Method,
+		Params: string(e.Params), HasParams: e.Params != nil,
+		Result: e.HasResult, Error: e.HasError,
 	}
-	for _, el := range e.batch {
+	for _, el := range e.Batch {
 		v.Batch = append(v.Batch, viewOf(el))
 	}
 	return v
@@ -205,26 +205,26 @@ func TestParseEnvelope(t *testing.T) {
 			if len(in) > 80 {
 				in = in[:80] + "…"
 			}
-			env, err := parseEnvelope([]byte(tc.in))
+			env, err := ParseEnvelope([]byte(tc.in))
 			if !errors.Is(err, tc.wantErr) || (err == nil) != (tc.wantErr == nil) {
-				t.Fatalf("parseEnvelope(%q) = %v, want %v", in, err, tc.wantErr)
+				t.Fatalf("ParseEnvelope(%q) = %v, want %v", in, err, tc.wantErr)
 			}
 			if err != nil {
 				// Only syntax errors may be invalid JSON (fail closed: what
 				// the parser refuses as a message is still JSON).
 				syntax := errors.Is(err, jsonx.ErrSyntax) || errors.Is(err, jsonx.ErrTrailing) || errors.Is(err, jsonx.ErrTooDeep)
 				if !syntax && !json.Valid([]byte(tc.in)) {
-					t.Errorf("parseEnvelope(%q) = %v but the input is not valid JSON", in, err)
+					t.Errorf("ParseEnvelope(%q) = %v but the input is not valid JSON", in, err)
 				}
 				if errors.Is(err, jsonx.ErrSyntax) || errors.Is(err, jsonx.ErrTrailing) {
 					if json.Valid([]byte(tc.in)) {
-						t.Errorf("parseEnvelope(%q) = %v but json.Valid accepts it", in, err)
+						t.Errorf("ParseEnvelope(%q) = %v but json.Valid accepts it", in, err)
 					}
 				}
 				return
 			}
 			if diff := cmp.Diff(tc.want, viewOf(env)); diff != "" {
-				t.Errorf("parseEnvelope(%q) mismatch (-want +got):\n%s", in, diff)
+				t.Errorf("ParseEnvelope(%q) mismatch (-want +got):\n%s", in, diff)
 			}
 		})
 	}
@@ -242,12 +242,12 @@ func TestParseEnvelopeIsRequest(t *testing.T) {
 		{in: `{"jsonrpc":"2.0","id":1,"result":{}}`, want: false},
 	}
 	for _, tc := range tests {
-		env, err := parseEnvelope([]byte(tc.in))
+		env, err := ParseEnvelope([]byte(tc.in))
 		if err != nil {
-			t.Fatalf("parseEnvelope(%q) = %v", tc.in, err)
+			t.Fatalf("ParseEnvelope(%q) = %v", tc.in, err)
 		}
-		if got := env.isRequest(); got != tc.want {
-			t.Errorf("parseEnvelope(%q).isRequest() = %v, want %v", tc.in, got, tc.want)
+		if got := env.IsRequest(); got != tc.want {
+			t.Errorf("ParseEnvelope(%q).IsRequest() = %v, want %v", tc.in, got, tc.want)
 		}
 	}
 }
@@ -255,10 +255,10 @@ func TestParseEnvelopeIsRequest(t *testing.T) {
 // TestInternMethod: the routed methods come back as the package constants
 // (so routing compares equal strings and no copy is kept).
 func TestInternMethod(t *testing.T) {
-	for _, m := range []string{methodInitialize, methodToolsList, methodToolsCall, methodTasksGet, methodTasksResult, methodTasksList, methodTasksCancel} {
-		env, err := parseEnvelope([]byte(`{"jsonrpc":"2.0","id":1,"method":"` + m + `"}`))
-		if err != nil || env.method != m {
-			t.Errorf("parseEnvelope(method %q) = %q, %v", m, env.method, err)
+	for _, m := range []string{MethodInitialize, MethodToolsList, MethodToolsCall, MethodTasksGet, MethodTasksResult, MethodTasksList, MethodTasksCancel} {
+		env, err := ParseEnvelope([]byte(`{"jsonrpc":"2.0","id":1,"method":"` + m + `"}`))
+		if err != nil || env.Method != m {
+			t.Errorf("ParseEnvelope(method %q) = %q, %v", m, env.Method, err)
 		}
 	}
 }
@@ -283,12 +283,12 @@ func TestParseEnvelopeKind(t *testing.T) {
 		{in: `[{"jsonrpc":"2.0","method":"x"}]`, want: jsonx.KindBatch},
 	}
 	for _, tc := range tests {
-		env, err := parseEnvelope([]byte(tc.in))
+		env, err := ParseEnvelope([]byte(tc.in))
 		if err != nil {
-			t.Fatalf("parseEnvelope(%q) = %v", tc.in, err)
+			t.Fatalf("ParseEnvelope(%q) = %v", tc.in, err)
 		}
-		if env.kind != tc.want {
-			t.Errorf("parseEnvelope(%q).kind = %v, want %v", tc.in, env.kind, tc.want)
+		if env.Kind != tc.want {
+			t.Errorf("ParseEnvelope(%q).kind = %v, want %v", tc.in, env.Kind, tc.want)
 		}
 	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"bytes"
@@ -20,35 +20,35 @@ var (
 	errNestedBatch = errors.New("nested batch")
 )
 
-// envelope is the part of a JSON-RPC message the proxy routes on. Byte slices
+// Envelope is the part of a JSON-RPC message the proxy routes on. Byte slices
 // alias the parsed buffer: copy them before the buffer dies (fasthttp reuses a request's buffers
 // once its handler returns).
 //
-// kind says what the message is (jsonx.Classify: request, notification,
+// Kind says what the message is (jsonx.Classify: request, notification,
 // response, none; batch for an array); routing tests the kind, never the
-// members that make it. spec is the method's entry in the method table
+// members that make it. Spec is the method's entry in the method table
 // (methods.go), nil for a method taskgate does not know or no method.
-type envelope struct {
-	kind      jsonx.Kind
-	id        []byte // raw JSON of "id"; nil when absent
-	method    string
-	spec      *methodSpec
-	params    []byte // raw JSON of "params"; nil when absent
-	hasResult bool
-	hasError  bool
-	batch     []envelope // elements when the message is a batch
+type Envelope struct {
+	Kind      jsonx.Kind
+	ID        []byte // raw JSON of "id"; nil when absent
+	Method    string
+	Spec      *Spec
+	Params    []byte // raw JSON of "params"; nil when absent
+	HasResult bool
+	HasError  bool
+	Batch     []Envelope // elements when the message is a batch
 }
 
-// isRequest reports whether the message is a request (method and id).
-func (e *envelope) isRequest() bool { return e.kind == jsonx.KindRequest }
+// IsRequest reports whether the message is a request (method and id).
+func (e *Envelope) IsRequest() bool { return e.Kind == jsonx.KindRequest }
 
-// isResponse reports whether the message is a response (no method; a
+// IsResponse reports whether the message is a response (no method; a
 // result or an error).
-func (e *envelope) isResponse() bool { return e.kind == jsonx.KindResponse }
+func (e *Envelope) IsResponse() bool { return e.Kind == jsonx.KindResponse }
 
-// hasMethod reports whether the message is a request or a notification.
-func (e *envelope) hasMethod() bool {
-	return e.kind == jsonx.KindRequest || e.kind == jsonx.KindNotification
+// HasMethod reports whether the message is a request or a notification.
+func (e *Envelope) HasMethod() bool {
+	return e.Kind == jsonx.KindRequest || e.Kind == jsonx.KindNotification
 }
 
 // envelope members, matched exactly; a case-insensitive match of one of them
@@ -56,16 +56,16 @@ func (e *envelope) hasMethod() bool {
 // slip past the policy while the upstream reads "method").
 var envelopeMembers = [...]string{"jsonrpc", "id", "method", "params", "result", "error"}
 
-// parseEnvelope parses one JSON-RPC message or batch strictly: exact-case
+// ParseEnvelope parses one JSON-RPC message or batch strictly: exact-case
 // member names, no duplicates, id kept raw, params not decoded. The whole
 // body must be valid JSON.
-func parseEnvelope(b []byte) (envelope, error) {
+func ParseEnvelope(b []byte) (Envelope, error) {
 	s := jsonx.Scanner{B: b}
 	s.Space()
 	if s.I >= len(b) {
-		return envelope{}, jsonx.ErrSyntax
+		return Envelope{}, jsonx.ErrSyntax
 	}
-	var env envelope
+	var env Envelope
 	var err error
 	switch b[s.I] {
 	case '{':
@@ -74,7 +74,7 @@ func parseEnvelope(b []byte) (envelope, error) {
 		env, err = parseBatch(&s)
 	default:
 		if _, verr := s.Value(); verr != nil {
-			return envelope{}, verr
+			return Envelope{}, verr
 		}
 		err = jsonx.ErrNotObject
 	}
@@ -84,20 +84,20 @@ func parseEnvelope(b []byte) (envelope, error) {
 			// element, a non-object value): syntax errors in the rest
 			// still win, so malformed JSON is always a parse error.
 			if verr := jsonx.Valid(b); verr != nil {
-				return envelope{}, verr
+				return Envelope{}, verr
 			}
 		}
-		return envelope{}, err
+		return Envelope{}, err
 	}
 	s.Space()
 	if s.I != len(b) {
-		return envelope{}, jsonx.ErrTrailing
+		return Envelope{}, jsonx.ErrTrailing
 	}
 	return env, nil
 }
 
-func parseBatch(s *jsonx.Scanner) (envelope, error) {
-	var env envelope
+func parseBatch(s *jsonx.Scanner) (Envelope, error) {
+	var env Envelope
 	s.I++ // [
 	s.Space()
 	if s.I < len(s.B) && s.B[s.I] == ']' {
@@ -115,8 +115,8 @@ func parseBatch(s *jsonx.Scanner) (envelope, error) {
 			if err != nil {
 				return env, err
 			}
-			env.batch = append(env.batch, el)
-			env.kind = jsonx.KindBatch
+			env.Batch = append(env.Batch, el)
+			env.Kind = jsonx.KindBatch
 		case '[':
 			if _, err := s.Value(); err != nil {
 				return env, err
@@ -144,8 +144,8 @@ func parseBatch(s *jsonx.Scanner) (envelope, error) {
 	}
 }
 
-func parseMessage(s *jsonx.Scanner) (envelope, error) {
-	var env envelope
+func parseMessage(s *jsonx.Scanner) (Envelope, error) {
+	var env Envelope
 	var seen [len(envelopeMembers)]bool
 	var semantic error // first non-syntax error; syntax errors win
 	err := s.Object(func(key []byte, escaped bool, val []byte) error {
@@ -179,10 +179,10 @@ func parseMessage(s *jsonx.Scanner) (envelope, error) {
 				semantic = errBadVersion
 			}
 		case "id":
-			if semantic == nil && !validID(val) {
+			if semantic == nil && !ValidID(val) {
 				semantic = errBadID
 			}
-			env.id = val
+			env.ID = val
 		case "method":
 			if val[0] != '"' {
 				if semantic == nil {
@@ -196,42 +196,42 @@ func parseMessage(s *jsonx.Scanner) (envelope, error) {
 			if !ok {
 				return jsonx.ErrSyntax
 			}
-			env.spec = lookupMethod(m)
-			if env.spec != nil {
-				env.method = env.spec.name // no copy for the methods taskgate knows
+			env.Spec = Lookup(m)
+			if env.Spec != nil {
+				env.Method = env.Spec.Name // no copy for the methods taskgate knows
 			} else {
-				env.method = string(m)
+				env.Method = string(m)
 			}
 		case "params":
-			env.params = val
+			env.Params = val
 		case "result":
-			env.hasResult = true
+			env.HasResult = true
 		case "error":
-			env.hasError = true
+			env.HasError = true
 		}
 		return nil
 	})
 	if err != nil {
-		return envelope{}, err
+		return Envelope{}, err
 	}
 	if semantic != nil {
-		return envelope{}, semantic
+		return Envelope{}, semantic
 	}
 	if !seen[0] {
-		return envelope{}, errBadVersion
+		return Envelope{}, errBadVersion
 	}
-	if seen[2] && string(env.id) == "null" {
+	if seen[2] && string(env.ID) == "null" {
 		// A request's id is never null (L-09); null only answers a
 		// request whose id could not be read.
-		return envelope{}, errBadID
+		return Envelope{}, errBadID
 	}
-	env.kind = jsonx.Classify(env.method, env.id != nil, env.hasResult || env.hasError)
+	env.Kind = jsonx.Classify(env.Method, env.ID != nil, env.HasResult || env.HasError)
 	return env, nil
 }
 
-// validID accepts a string, an integer or null (null only appears in error
+// ValidID accepts a string, an integer or null (null only appears in error
 // responses to unparseable requests; parseMessage refuses it in requests).
-func validID(v []byte) bool {
+func ValidID(v []byte) bool {
 	switch {
 	case v[0] == '"', string(v) == "null":
 		return true

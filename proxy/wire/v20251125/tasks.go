@@ -1,4 +1,4 @@
-package proxy
+package v20251125
 
 import (
 	"bufio"
@@ -19,67 +19,60 @@ import (
 	"github.com/taskgate/taskgate/proxy/engine"
 	"github.com/taskgate/taskgate/proxy/sse"
 	"github.com/taskgate/taskgate/proxy/sysconn"
+	"github.com/taskgate/taskgate/proxy/wire"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
-// metaRelatedTask is the _meta key that ties a message to its task (T-40, T-42).
-const metaRelatedTask = "io.modelcontextprotocol/related-task"
-
-// Messages a client sees for task errors. A foreign task gets exactly the
-// unknown-task answer (T-75).
-const (
-	msgTaskNotFound     = "taskgate: task not found (unknown id, expired, or not yours)"
-	msgStoreUnavailable = "taskgate: task store unavailable"
-	msgShuttingDown     = "taskgate: shutting down; try another replica"
-)
+// MetaRelatedTask is the _meta key that ties a message to its task (T-40, T-42).
+const MetaRelatedTask = "io.modelcontextprotocol/related-task"
 
 // toolsCall enforces the tool policy on tools/call and turns task-augmented
 // calls into tasks; plain calls of allowed tools pass through.
-func (h *Handler) toolsCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) {
-	if env.id == nil || !h.tasksActive(&rc.Request.Header) {
-		if env.id != nil && len(rc.Request.Header.Peek(headerProtocolVersion)) == 0 {
-			h.noVersionTaskCall(rc, info, env)
+func (w *Wire) toolsCall(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope) {
+	if env.ID == nil || !tasksActive(&rc.Request.Header) {
+		if env.ID != nil && len(rc.Request.Header.Peek(wire.HeaderProtocolVersion)) == 0 {
+			w.noVersionTaskCall(rc, info, env)
 		}
-		h.pass(rc, info, env.id)
+		w.Pass(rc, info, env.ID)
 		return
 	}
-	if env.params == nil {
-		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: tools/call needs params"))
+	if env.Params == nil {
+		wire.RPCError(rc, info, env.ID, wire.NewError(wire.CodeInvalidParams, "taskgate: tools/call needs params"))
 		return
 	}
-	vals, err := jsonx.Members(env.params, "name", "task")
+	vals, err := jsonx.Members(env.Params, "name", "task")
 	if err != nil {
-		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid tools/call params: "+err.Error()))
+		wire.RPCError(rc, info, env.ID, wire.NewError(wire.CodeInvalidParams, "taskgate: invalid tools/call params: "+err.Error()))
 		return
 	}
 	name, ok := jsonx.UnquoteValue(vals[0])
 	if !ok {
-		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: tools/call params.name must be a string"))
+		wire.RPCError(rc, info, env.ID, wire.NewError(wire.CodeInvalidParams, "taskgate: tools/call params.name must be a string"))
 		return
 	}
-	st := h.policy().For(name)
+	st := w.Policy().For(name)
 	task := vals[1]
 	if task == nil || string(task) == "null" {
 		if st.TaskSupport == policy.Required {
 			// T-10, E-09: the upstream is not contacted.
-			h.rpcError(rc, info, env.id, newRPCError(codeMethodNotFound,
+			wire.RPCError(rc, info, env.ID, wire.NewError(wire.CodeMethodNotFound,
 				fmt.Sprintf("taskgate: tool %q must be called as a task (taskSupport: required); add params.task", name)))
 			return
 		}
-		h.pass(rc, info, env.id)
+		w.Pass(rc, info, env.ID)
 		return
 	}
 	if task[0] != '{' {
-		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: tools/call params.task must be an object"))
+		wire.RPCError(rc, info, env.ID, wire.NewError(wire.CodeInvalidParams, "taskgate: tools/call params.task must be an object"))
 		return
 	}
 	if st.TaskSupport == policy.Forbidden {
 		// T-08, E-08: the upstream is not contacted.
-		h.rpcError(rc, info, env.id, newRPCError(codeMethodNotFound,
+		wire.RPCError(rc, info, env.ID, wire.NewError(wire.CodeMethodNotFound,
 			fmt.Sprintf("taskgate: tool %q cannot be called as a task (taskSupport: forbidden); call it without params.task", name)))
 		return
 	}
-	h.createTask(rc, info, env, name, st, task)
+	w.createTask(rc, info, env, name, st, task)
 }
 
 // noVersionTaskCall handles a task-augmented tools/call without the
@@ -90,24 +83,24 @@ func (h *Handler) toolsCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 // wanted a task, taskgate says why it did not make one: a warning once per
 // session (or per owner without one), and the outcome
 // "task_without_version" on taskgate_requests_total.
-func (h *Handler) noVersionTaskCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) {
-	if env.params == nil {
+func (w *Wire) noVersionTaskCall(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope) {
+	if env.Params == nil {
 		return
 	}
-	vals, err := jsonx.Members(env.params, "task")
+	vals, err := jsonx.Members(env.Params, "task")
 	if err != nil || vals[0] == nil || string(vals[0]) == "null" {
 		return
 	}
-	info.outcome = "task_without_version"
-	key := rc.Request.Header.Peek(headerSessionID)
+	info.Outcome = "task_without_version"
+	key := rc.Request.Header.Peek(wire.HeaderSessionID)
 	if len(key) == 0 {
 		key = rc.Request.Header.Peek(fasthttp.HeaderAuthorization)
 	}
-	id := h.hashShort(key)
-	if !h.warnedOnce(id) {
+	id := w.HashShort(key)
+	if !w.warnedOnce(id) {
 		return
 	}
-	h.logOf(info).Warn().Str(logSession, id).
+	w.LogOf(info).Warn().Str(wire.LogSession, id).
 		Msg("task-augmented tools/call without the MCP-Protocol-Version header: served as a plain call, no task " +
 			"(a request without the header is at 2025-03-26, which has no tasks); the client must send MCP-Protocol-Version: 2025-11-25")
 }
@@ -117,49 +110,49 @@ func (h *Handler) noVersionTaskCall(rc *fasthttp.RequestCtx, info *reqInfo, env 
 const maxWarned = 4096
 
 // warnedOnce reports whether key is seen for the first time.
-func (h *Handler) warnedOnce(key string) bool {
-	h.warnedMu.Lock()
-	defer h.warnedMu.Unlock()
-	if h.warned == nil || len(h.warned) >= maxWarned {
-		h.warned = make(map[string]struct{})
+func (w *Wire) warnedOnce(key string) bool {
+	w.warnedMu.Lock()
+	defer w.warnedMu.Unlock()
+	if w.warned == nil || len(w.warned) >= maxWarned {
+		w.warned = make(map[string]struct{})
 	}
-	if _, ok := h.warned[key]; ok {
+	if _, ok := w.warned[key]; ok {
 		return false
 	}
-	h.warned[key] = struct{}{}
+	w.warned[key] = struct{}{}
 	return true
 }
 
 // createTask stores a new working task, starts its runner and answers with
 // CreateTaskResult without waiting for the upstream (T-14, E-07).
-func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, tool string, st policy.Settings, task []byte) {
-	if h.eng.Closed() {
-		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, msgShuttingDown))
+func (w *Wire) createTask(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, tool string, st policy.Settings, task []byte) {
+	if w.Eng.Closed() {
+		wire.RPCError(rc, info, env.ID, wire.NewError(wire.CodeInternalError, wire.MsgShuttingDown))
 		return
 	}
-	owner, _ := h.owner(&rc.Request.Header)
+	owner, _ := w.Owner(&rc.Request.Header)
 	tv, err := jsonx.Members(task, "ttl")
 	if err != nil {
-		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid params.task: "+err.Error()))
+		wire.RPCError(rc, info, env.ID, wire.NewError(wire.CodeInvalidParams, "taskgate: invalid params.task: "+err.Error()))
 		return
 	}
-	params, err := jsonx.DeleteMember(env.params, "task")
+	params, err := jsonx.DeleteMember(env.Params, "task")
 	if err != nil {
-		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid tools/call params: "+err.Error()))
+		wire.RPCError(rc, info, env.ID, wire.NewError(wire.CodeInvalidParams, "taskgate: invalid tools/call params: "+err.Error()))
 		return
 	}
-	if !h.allowTaskOp(rc, info, env.id, owner) {
+	if !w.AllowTaskOp(rc, info, env.ID, owner) {
 		return
 	}
-	id, upNonce, ok := h.reserveTaskCall(rc, info, env, tool, st)
+	id, upNonce, ok := w.ReserveTaskCall(rc, info, env, tool, st)
 	if !ok {
 		return
 	}
 	// The task's messages go to any stream of its owner (sessions.go); the
 	// call runs on the client's upstream session, which the client's
 	// DELETE then ends only after the call.
-	group := streamGroup(owner)
-	upSess := h.sessionKey(rc.Request.Header.Peek(headerSessionID))
+	group := wire.StreamGroup(owner)
+	upSess := w.SessionKey(rc.Request.Header.Peek(wire.HeaderSessionID))
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	t := &taskstore.Task{
 		ID:           id,
@@ -170,16 +163,16 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 		TTL:          st.TTL(tv[0]),
 		PollInterval: st.PollInterval,
 		Tool:         tool,
-		UpstreamID:   `"` + upstreamIDPrefix + upNonce + `"`,
-		Runner:       h.cfg.ProcessID,
+		UpstreamID:   `"` + wire.UpstreamIDPrefix + upNonce + `"`,
+		Runner:       w.Config.ProcessID,
 		Session:      group,
 		Era:          "2025-11-25",
 	}
-	info.taskID = id
+	info.TaskID = id
 
 	// The upstream request: the client's, minus params.task (P-03), under
 	// an id the client cannot collide with (P-07), same headers.
-	h.prepareUpstream(rc, &rc.Request)
+	w.PrepareUpstream(rc, &rc.Request)
 	req := fasthttp.AcquireRequest()
 	rc.Request.Header.CopyTo(&req.Header)
 	body := make([]byte, 0, len(params)+len(t.UpstreamID)+64)
@@ -190,179 +183,127 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 	body = append(body, '}')
 	req.SetBody(body)
 
-	j := &job{req: req}
-	if !h.storeTask(rc, info, env, j, t, st, group, upSess, nil) {
+	j := &wire.Job{Req: req, Call: call{w}}
+	if !w.StoreTask(rc, info, env, j, t, st, group, upSess, nil) {
 		return
 	}
-	h.logOf(info).Info().Str(logTaskID, id).Str(logOwner, owner).Str(logTool, tool).
+	w.LogOf(info).Info().Str(wire.LogTaskID, id).Str(wire.LogOwner, owner).Str(wire.LogTool, tool).
 		Dur("ttl", t.TTL).Msg("task created")
-	h.eng.Start(&j.Job)
+	w.Eng.Start(&j.Job)
 
 	res := make([]byte, 0, 256)
 	res = append(res, `{"task":`...)
-	res = appendTaskPolled(res, t, h.eng.Thrifty(owner))
+	res = appendTaskPolled(res, t, w.Eng.Thrifty(owner))
 	res = append(res, '}')
-	h.rpcResult(rc, env.id, res)
-}
-
-// reserveTaskCall takes one of tool's concurrency slots (policy
-// maxConcurrent) and makes the new task's id and the random id of its
-// upstream request, which is separate from the task id the client knows
-// (P-07, E-45). Both wires call it. When either fails it answers the client
-// and returns ok false, holding nothing.
-func (h *Handler) reserveTaskCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, tool string, st policy.Settings) (id, upNonce string, ok bool) {
-	id, upNonce, err := h.eng.Reserve(tool, st)
-	switch {
-	case errors.Is(err, engine.ErrToolBusy):
-		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, fmt.Sprintf(
-			"taskgate: tool %q already runs %d task calls here (policy maxConcurrent); retry later", tool, st.MaxConcurrent)))
-		return "", "", false
-	case err != nil:
-		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, "taskgate: generating a task id failed"))
-		return "", "", false
-	}
-	return id, upNonce, true
-}
-
-// storeTask durably creates t, the task of a tools/call whose job is j
-// (holding its upstream request), with the runner's first lease (both
-// wires); session and upSession are the job's (engine.Job). When that
-// fails it frees what the call held (release, if set; the tool's
-// concurrency slot; j's request), answers the client with the reason and
-// returns false.
-func (h *Handler) storeTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, j *job, t *taskstore.Task, st policy.Settings, session, upSession string, release func()) bool {
-	ctx := h.ctxOf(info)
-	if info.span != nil {
-		ctx = h.traceCall(info, j, t)
-	}
-	err := h.eng.Create(ctx, &j.Job, t, st, j, session, upSession)
-	if err == nil {
-		if j.span != nil {
-			j.tracedCreated(info)
-		}
-		return true
-	}
-	j.failCall(err)
-	if release != nil {
-		release()
-	}
-	fasthttp.ReleaseRequest(j.req)
-	switch {
-	case errors.Is(err, taskstore.ErrOwnerLimit):
-		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, fmt.Sprintf(
-			"taskgate: too many unfinished tasks for this caller (limit %d); wait for some to finish", h.cfg.MaxTasksPerOwner)))
-	default:
-		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, msgStoreUnavailable))
-	}
-	return false
+	wire.RPCResult(rc, env.ID, res)
 }
 
 // tasksMethod serves tasks/get, tasks/result, tasks/list and tasks/cancel
 // from the store; they never reach the upstream (P-03).
-func (h *Handler) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) {
-	owner, identified := h.owner(&rc.Request.Header)
-	if !h.allowTaskOp(rc, info, env.id, owner) {
+func (w *Wire) tasksMethod(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope) {
+	owner, identified := w.Owner(&rc.Request.Header)
+	if !w.AllowTaskOp(rc, info, env.ID, owner) {
 		return
 	}
-	if env.method == methodTasksList {
-		h.tasksList(rc, info, env, owner, identified)
+	if env.Method == wire.MethodTasksList {
+		w.tasksList(rc, info, env, owner, identified)
 		return
 	}
 	var taskID string
-	if env.params != nil {
-		vals, err := jsonx.Members(env.params, "taskId")
+	if env.Params != nil {
+		vals, err := jsonx.Members(env.Params, "taskId")
 		if err != nil {
-			h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid params: "+err.Error()))
+			wire.RPCError(rc, info, env.ID, wire.NewError(wire.CodeInvalidParams, "taskgate: invalid params: "+err.Error()))
 			return
 		}
 		taskID, _ = jsonx.UnquoteValue(vals[0])
 	}
 	if taskID == "" {
-		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: params.taskId must be a non-empty string"))
+		wire.RPCError(rc, info, env.ID, wire.NewError(wire.CodeInvalidParams, "taskgate: params.taskId must be a non-empty string"))
 		return
 	}
-	info.taskID = taskID
-	ctx := h.ctxOf(info)
-	switch env.method {
-	case methodTasksGet:
-		t, err := h.eng.Get(ctx, owner, taskID)
+	info.TaskID = taskID
+	ctx := w.CtxOf(info)
+	switch env.Method {
+	case wire.MethodTasksGet:
+		t, err := w.Eng.Get(ctx, owner, taskID)
 		if err != nil {
-			h.storeError(rc, info, env.id, err)
+			w.StoreError(rc, info, env.ID, err)
 			return
 		}
-		h.rpcResult(rc, env.id, appendTaskPolled(make([]byte, 0, 256), t, h.eng.Thrifty(owner)))
-	case methodTasksCancel:
-		t, err := h.eng.Cancel(ctx, owner, taskID, "cancelled by the client", true)
+		wire.RPCResult(rc, env.ID, appendTaskPolled(make([]byte, 0, 256), t, w.Eng.Thrifty(owner)))
+	case wire.MethodTasksCancel:
+		t, err := w.Eng.Cancel(ctx, owner, taskID, "cancelled by the client", true)
 		if errors.Is(err, taskstore.ErrTerminal) {
 			// T-57, E-27.
-			h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: task already finished; it cannot be cancelled"))
+			wire.RPCError(rc, info, env.ID, wire.NewError(wire.CodeInvalidParams, "taskgate: task already finished; it cannot be cancelled"))
 			return
 		}
 		if err != nil {
-			h.storeError(rc, info, env.id, err)
+			w.StoreError(rc, info, env.ID, err)
 			return
 		}
-		h.rpcResult(rc, env.id, appendTask(make([]byte, 0, 256), t))
-	case methodTasksResult:
-		if j := h.localJob(owner, taskID); j != nil {
+		wire.RPCResult(rc, env.ID, appendTask(make([]byte, 0, 256), t))
+	case wire.MethodTasksResult:
+		if j := w.LocalJob(owner, taskID); j != nil {
 			// The call runs in this process and the task is not terminal
 			// yet: wait for the runner, no store read first.
-			h.localResult(rc, info, append([]byte(nil), env.id...), j)
+			w.localResult(rc, info, append([]byte(nil), env.ID...), j)
 			return
 		}
-		t, out, err := h.eng.Outcome(ctx, owner, taskID)
+		t, out, err := w.Eng.Outcome(ctx, owner, taskID)
 		if err != nil {
-			h.storeError(rc, info, env.id, err)
+			w.StoreError(rc, info, env.ID, err)
 			return
 		}
-		if t.Status.Terminal() && h.sessionless.Load() && len(rc.Request.Header.Peek(headerSessionID)) == 0 &&
+		if t.Status.Terminal() && w.sessionless.Load() && len(rc.Request.Header.Peek(wire.HeaderSessionID)) == 0 &&
 			acceptsSSE(&rc.Request.Header) {
 			// In front of a session-less upstream a client may have had
 			// no GET stream to take the task's messages as they came:
 			// those still queued go out on this answer's stream before
 			// the result. (Elsewhere a finished task's answer stays one
 			// JSON read, without a drain.)
-			h.streamResult(rc, info, append([]byte(nil), env.id...), owner, taskID)
+			w.streamResult(rc, info, append([]byte(nil), env.ID...), owner, taskID)
 			return
 		}
 		if t.Status.Terminal() {
-			h.writeOutcome(rc, env.id, t, out)
-			info.outcome = answerOutcome(t, out)
+			w.writeOutcome(rc, env.ID, t, out)
+			info.Outcome = answerOutcome(t, out)
 			return
 		}
-		h.awaitResult(rc, info, append([]byte(nil), env.id...), owner, taskID, acceptsSSE(&rc.Request.Header))
+		w.awaitResult(rc, info, append([]byte(nil), env.ID...), owner, taskID, acceptsSSE(&rc.Request.Header))
 	}
 }
 
-func (h *Handler) tasksList(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, owner string, identified bool) {
+func (w *Wire) tasksList(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, owner string, identified bool) {
 	if !identified {
 		// T-76, E-06: without an identity tasks.list is not advertised.
-		h.rpcError(rc, info, env.id, newRPCError(codeMethodNotFound,
+		wire.RPCError(rc, info, env.ID, wire.NewError(wire.CodeMethodNotFound,
 			"taskgate: tasks/list needs an Authorization header or a session"))
 		return
 	}
 	var cursor string
-	if env.params != nil {
-		vals, err := jsonx.Members(env.params, "cursor")
+	if env.Params != nil {
+		vals, err := jsonx.Members(env.Params, "cursor")
 		if err != nil {
-			h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid params: "+err.Error()))
+			wire.RPCError(rc, info, env.ID, wire.NewError(wire.CodeInvalidParams, "taskgate: invalid params: "+err.Error()))
 			return
 		}
 		if vals[0] != nil {
 			var ok bool
 			if cursor, ok = jsonx.UnquoteValue(vals[0]); !ok {
-				h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: params.cursor must be a string"))
+				wire.RPCError(rc, info, env.ID, wire.NewError(wire.CodeInvalidParams, "taskgate: params.cursor must be a string"))
 				return
 			}
 		}
 	}
-	tasks, next, err := h.eng.List(h.root, owner, cursor)
+	tasks, next, err := w.Eng.List(w.Root, owner, cursor)
 	if errors.Is(err, taskstore.ErrBadCursor) {
-		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid cursor")) // T-56
+		wire.RPCError(rc, info, env.ID, wire.NewError(wire.CodeInvalidParams, "taskgate: invalid cursor")) // T-56
 		return
 	}
 	if err != nil {
-		h.storeError(rc, info, env.id, err)
+		w.StoreError(rc, info, env.ID, err)
 		return
 	}
 	res := make([]byte, 0, 64+200*len(tasks))
@@ -376,40 +317,10 @@ func (h *Handler) tasksList(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 	res = append(res, ']')
 	if next != "" {
 		res = append(res, `,"nextCursor":`...)
-		res = appendJSONString(res, next)
+		res = wire.AppendJSONString(res, next)
 	}
 	res = append(res, '}')
-	h.rpcResult(rc, env.id, res)
-}
-
-// allowTaskOp applies the per-owner rate limit (T-77); over it the caller
-// gets -32603 naming the limit and a Retry-After header.
-func (h *Handler) allowTaskOp(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, owner string) bool {
-	ok, wait := h.eng.Allow(owner)
-	if ok {
-		return true
-	}
-	secs := int(wait/time.Second) + 1
-	h.rpcError(rc, info, id, newRPCError(codeInternalError, fmt.Sprintf(
-		"taskgate: too many task operations (limit %g/s per caller); retry in %ds", h.cfg.TaskRate, secs)))
-	rc.Response.Header.Set(fasthttp.HeaderRetryAfter, strconv.Itoa(secs))
-	info.outcome = "rate_limited"
-	return false
-}
-
-// storeError maps a store error to the client's JSON-RPC error (T-67, T-70).
-func (h *Handler) storeError(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, err error) {
-	switch {
-	case errors.Is(err, taskstore.ErrNotFound):
-		owner, _ := h.owner(&rc.Request.Header)
-		h.eng.LookupMiss(owner) // E-42: misses cost more
-		h.rpcError(rc, info, id, newRPCError(codeInvalidParams, msgTaskNotFound))
-	case errors.Is(err, taskstore.ErrTerminal):
-		h.rpcError(rc, info, id, newRPCError(codeInvalidParams, "taskgate: task already finished"))
-	default:
-		h.logOf(info).Error().Err(err).Str(logRPCMethod, info.method).Msg("task store operation failed")
-		h.rpcError(rc, info, id, newRPCError(codeInternalError, msgStoreUnavailable))
-	}
+	wire.RPCResult(rc, env.ID, res)
 }
 
 // appendTask appends the wire form of t (the flat Task of the schema).
@@ -422,13 +333,13 @@ func appendTask(dst []byte, t *taskstore.Task) []byte {
 // reportedPollInterval), for owners whose rate-limit budget runs low.
 func appendTaskPolled(dst []byte, t *taskstore.Task, thrifty bool) []byte {
 	dst = append(dst, `{"taskId":`...)
-	dst = appendJSONString(dst, t.ID)
+	dst = wire.AppendJSONString(dst, t.ID)
 	dst = append(dst, `,"status":"`...)
 	dst = append(dst, t.Status...)
 	dst = append(dst, '"')
 	if t.StatusMessage != "" {
 		dst = append(dst, `,"statusMessage":`...)
-		dst = appendJSONString(dst, t.StatusMessage)
+		dst = wire.AppendJSONString(dst, t.StatusMessage)
 	}
 	dst = append(dst, `,"createdAt":"`...)
 	dst = t.CreatedAt.UTC().AppendFormat(dst, timeFormat)
@@ -472,20 +383,20 @@ func answerOutcome(t *taskstore.Task, out *taskstore.Outcome) string {
 func appendOutcome(dst, id []byte, t *taskstore.Task, out *taskstore.Outcome) []byte {
 	switch {
 	case t.Status == taskstore.Cancelled:
-		return appendErrorResponse(dst, id, codeInternalError, "taskgate: task was cancelled; it has no result")
+		return wire.AppendError(dst, id, wire.CodeInternalError, "taskgate: task was cancelled; it has no result")
 	case out != nil && out.Kind == taskstore.OutcomeResult:
 		if res, err := withRelatedTask(out.Raw, t.ID); err == nil {
-			return appendResultResponse(dst, id, res)
+			return wire.AppendResult(dst, id, res)
 		}
-		return appendErrorResponse(dst, id, codeInternalError, "taskgate: stored result is malformed")
+		return wire.AppendError(dst, id, wire.CodeInternalError, "taskgate: stored result is malformed")
 	case out != nil && out.Kind == taskstore.OutcomeError:
-		return appendRawErrorResponse(dst, id, out.Raw)
+		return wire.AppendRawError(dst, id, out.Raw)
 	}
 	msg := t.StatusMessage
 	if msg == "" {
 		msg = "task failed without an upstream answer"
 	}
-	return appendErrorResponse(dst, id, codeInternalError, "taskgate: "+msg)
+	return wire.AppendError(dst, id, wire.CodeInternalError, "taskgate: "+msg)
 }
 
 // withRelatedTask returns result with _meta[related-task] = {taskId}.
@@ -500,15 +411,15 @@ func withRelatedTask(result []byte, taskID string) ([]byte, error) {
 	}
 	rel := make([]byte, 0, len(taskID)+14)
 	rel = append(rel, `{"taskId":`...)
-	rel = appendJSONString(rel, taskID)
+	rel = wire.AppendJSONString(rel, taskID)
 	rel = append(rel, '}')
-	if meta, err = jsonx.SetMember(meta, metaRelatedTask, rel); err != nil {
+	if meta, err = jsonx.SetMember(meta, MetaRelatedTask, rel); err != nil {
 		return nil, err
 	}
 	return jsonx.SetMember(result, "_meta", meta)
 }
 
-func (h *Handler) writeOutcome(rc *fasthttp.RequestCtx, id []byte, t *taskstore.Task, out *taskstore.Outcome) {
+func (w *Wire) writeOutcome(rc *fasthttp.RequestCtx, id []byte, t *taskstore.Task, out *taskstore.Outcome) {
 	size := 128
 	if out != nil {
 		size += len(out.Raw)
@@ -536,47 +447,47 @@ func acceptsJSON(hdr *fasthttp.RequestHeader) bool {
 // is the last event, after which the stream ends. The event ids let a
 // client resume a cut stream with GET + Last-Event-ID (E-25). A client
 // that accepts only JSON gets the answer when it is ready.
-func (h *Handler) awaitResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, owner, taskID string, sse bool) {
+func (w *Wire) awaitResult(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, owner, taskID string, sse bool) {
 	if !sse {
-		h.awaitJSONResult(rc, info, id, owner, taskID, nil)
+		w.awaitJSONResult(rc, info, id, owner, taskID, nil)
 		return
 	}
-	h.streamResult(rc, info, id, owner, taskID)
+	w.streamResult(rc, info, id, owner, taskID)
 }
 
 // awaitJSONResult is awaitResult for a client that reads JSON: one answer
 // once the task is terminal. j, when not nil, is the task's call running
 // in this process, waited for through its runner.
-func (h *Handler) awaitJSONResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, owner, taskID string, j *job) {
+func (w *Wire) awaitJSONResult(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, owner, taskID string, j *wire.Job) {
 	// A client that leaves ends the wait at once; a shutdown only once
 	// this process's calls have recorded their outcomes (WaitRoot).
-	ctx, cancel := context.WithCancel(h.waitCtxOf(info))
+	ctx, cancel := context.WithCancel(w.WaitCtxOf(info))
 	var left atomic.Bool
 	unwatch := sysconn.WatchClose(rc.Conn(), func() { left.Store(true); cancel() })
-	h.m.waiters.Inc()
+	w.Waiters.Inc()
 	var t *taskstore.Task
 	var out *taskstore.Outcome
 	var err error
 	ok := false
 	if j != nil {
-		t, out, ok, err = h.eng.AwaitSettled(ctx, &j.Job)
+		t, out, ok, err = w.Eng.AwaitSettled(ctx, &j.Job)
 	}
 	if !ok {
-		t, out, err = h.eng.WaitTerminal(ctx, owner, taskID, nil, nil)
+		t, out, err = w.Eng.WaitTerminal(ctx, owner, taskID, nil, nil)
 	}
-	h.m.waiters.Dec()
+	w.Waiters.Dec()
 	unwatch()
 	cancel()
 	if left.Load() {
-		info.outcome = outcomeClientGone
+		info.Outcome = wire.OutcomeClientGone
 		rc.SetConnectionClose()
 		return
 	}
 	if err != nil {
-		h.storeError(rc, info, id, err)
+		w.StoreError(rc, info, id, err)
 		return
 	}
-	info.outcome = answerOutcome(t, out)
+	info.Outcome = answerOutcome(t, out)
 	rc.SetStatusCode(fasthttp.StatusOK)
 	rc.Response.Header.SetContentType("application/json")
 	rc.SetBody(appendOutcome(nil, id, t, out))
@@ -592,40 +503,40 @@ func (h *Handler) awaitJSONResult(rc *fasthttp.RequestCtx, info *reqInfo, id []b
 // then carries keep-alive comments and the result, still without store
 // round trips; once one is queued, the stream drains the task's queue
 // through the store as for a remote runner (streamResult).
-func (h *Handler) localResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, j *job) {
+func (w *Wire) localResult(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, j *wire.Job) {
 	owner, taskID := j.Task.Owner, j.Task.ID
 	hdr := &rc.Request.Header
 	if !acceptsSSE(hdr) {
-		h.awaitJSONResult(rc, info, id, owner, taskID, j) // waits through the runner (engine.AwaitSettled)
+		w.awaitJSONResult(rc, info, id, owner, taskID, j) // waits through the runner (engine.AwaitSettled)
 		return
 	}
 	if !j.Queued() {
 		// A client that leaves ends the wait at once; a shutdown only
 		// once this call has recorded its outcome (WaitRoot).
-		ctx, cancel := context.WithCancel(h.waitCtxOf(info))
+		ctx, cancel := context.WithCancel(w.WaitCtxOf(info))
 		var left atomic.Bool
 		unwatch := sysconn.WatchClose(rc.Conn(), func() { left.Store(true); cancel() })
-		stream := time.NewTimer(h.cfg.KeepAlive)
-		h.m.waiters.Inc()
-		t, out, settled, err := h.eng.AwaitLocal(ctx, &j.Job, stream.C)
-		h.m.waiters.Dec()
+		stream := time.NewTimer(w.Config.KeepAlive)
+		w.Waiters.Inc()
+		t, out, settled, err := w.Eng.AwaitLocal(ctx, &j.Job, stream.C)
+		w.Waiters.Dec()
 		stream.Stop()
 		unwatch()
 		cancel()
 		switch {
 		case left.Load():
-			info.outcome = outcomeClientGone
+			info.Outcome = wire.OutcomeClientGone
 			rc.SetConnectionClose()
 			return
 		case err != nil:
-			h.storeError(rc, info, id, err)
+			w.StoreError(rc, info, id, err)
 			return
 		case settled:
-			info.outcome = answerOutcome(t, out)
+			info.Outcome = answerOutcome(t, out)
 		}
 		switch {
 		case settled && acceptsJSON(hdr):
-			h.writeOutcome(rc, id, t, out)
+			w.writeOutcome(rc, id, t, out)
 			return
 		case settled:
 			// An SSE-only client: the result is the stream's one event.
@@ -636,44 +547,44 @@ func (h *Handler) localResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte,
 			return
 		}
 	}
-	h.streamLocalResult(rc, info, id, j)
+	w.streamLocalResult(rc, info, id, j)
 }
 
 // streamLocalResult is streamResult for a call that runs in this process:
 // keep-alive comments and the result from the runner's memory while the
 // task has no queued message, then (once one is queued) the store's wait
 // with the queue drained onto the stream.
-func (h *Handler) streamLocalResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, j *job) {
+func (w *Wire) streamLocalResult(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, j *wire.Job) {
 	owner, taskID := j.Task.Owner, j.Task.ID
-	h.startResultStream(rc, info, id, taskID, func(ctx context.Context, w *bufio.Writer, evID string, left *atomic.Bool) string {
-		keep := time.NewTicker(h.cfg.KeepAlive)
+	w.startResultStream(rc, info, id, taskID, func(ctx context.Context, bw *bufio.Writer, evID string, left *atomic.Bool) string {
+		keep := time.NewTicker(w.Config.KeepAlive)
 		defer keep.Stop()
 		for !j.Queued() {
-			t, out, settled, err := h.eng.AwaitLocal(ctx, &j.Job, keep.C)
+			t, out, settled, err := w.Eng.AwaitLocal(ctx, &j.Job, keep.C)
 			switch {
 			case err != nil:
-				_, _ = w.Write(sse.Append(nil, evID, resultError(id, err)))
-				_ = w.Flush()
+				_, _ = bw.Write(sse.Append(nil, evID, resultError(id, err)))
+				_ = bw.Flush()
 				if errors.Is(err, taskstore.ErrNotFound) {
 					return "rpc_error"
 				}
 				return "store_unavailable"
 			case settled:
-				_, _ = w.Write(sse.Append(nil, evID, appendOutcome(nil, id, t, out)))
-				_ = w.Flush()
+				_, _ = bw.Write(sse.Append(nil, evID, appendOutcome(nil, id, t, out)))
+				_ = bw.Flush()
 				return answerOutcome(t, out)
 			case left.Load():
-				return outcomeClientGone
+				return wire.OutcomeClientGone
 			case ctx.Err() != nil:
 				return "shutdown" // the client resumes on another replica
 			case j.Queued():
 			default:
-				if _, err := w.WriteString(": keep-alive\n\n"); err != nil || w.Flush() != nil {
-					return outcomeClientGone
+				if _, err := bw.WriteString(": keep-alive\n\n"); err != nil || bw.Flush() != nil {
+					return wire.OutcomeClientGone
 				}
 			}
 		}
-		return h.resultStreamBody(ctx, w, evID, id, owner, taskID, left)
+		return w.resultStreamBody(ctx, bw, evID, id, owner, taskID, left)
 	})
 }
 
@@ -681,33 +592,33 @@ func (h *Handler) streamLocalResult(rc *fasthttp.RequestCtx, info *reqInfo, id [
 // failed with err.
 func resultError(id []byte, err error) []byte {
 	if errors.Is(err, taskstore.ErrNotFound) {
-		return appendErrorResponse(nil, id, codeInvalidParams, msgTaskNotFound)
+		return wire.AppendError(nil, id, wire.CodeInvalidParams, wire.MsgTaskNotFound)
 	}
-	return appendErrorResponse(nil, id, codeInternalError, msgStoreUnavailable)
+	return wire.AppendError(nil, id, wire.CodeInternalError, wire.MsgStoreUnavailable)
 }
 
 // resumeResult serves GET + Last-Event-ID of a cut tasks/result stream
 // (E-25): the answer is a new stream that ends with the result, delivered
 // with the original request id. The owner check is the store lookup.
-func (h *Handler) resumeResult(rc *fasthttp.RequestCtx, info *reqInfo, taskID string, rpcID []byte) {
-	owner, _ := h.owner(&rc.Request.Header)
-	_, err := h.eng.Task(h.root, owner, taskID)
+func (w *Wire) resumeResult(rc *fasthttp.RequestCtx, info *wire.Info, taskID string, rpcID []byte) {
+	owner, _ := w.Owner(&rc.Request.Header)
+	_, err := w.Eng.Task(w.Root, owner, taskID)
 	if err != nil {
 		status := fasthttp.StatusNotFound
 		if !errors.Is(err, taskstore.ErrNotFound) {
 			status = fasthttp.StatusServiceUnavailable
 		}
-		info.outcome = "resume_refused"
-		h.httpRPCError(rc, status, nil, codeInvalidParams, msgTaskNotFound)
+		info.Outcome = "resume_refused"
+		wire.HTTPError(rc, status, nil, wire.CodeInvalidParams, wire.MsgTaskNotFound)
 		return
 	}
-	h.streamResult(rc, info, rpcID, owner, taskID)
+	w.streamResult(rc, info, rpcID, owner, taskID)
 }
 
 // streamResult answers with an SSE stream that ends with the task's result.
-func (h *Handler) streamResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, owner, taskID string) {
-	h.startResultStream(rc, info, id, taskID, func(ctx context.Context, w *bufio.Writer, evID string, left *atomic.Bool) string {
-		return h.resultStreamBody(ctx, w, evID, id, owner, taskID, left)
+func (w *Wire) streamResult(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, owner, taskID string) {
+	w.startResultStream(rc, info, id, taskID, func(ctx context.Context, bw *bufio.Writer, evID string, left *atomic.Bool) string {
+		return w.resultStreamBody(ctx, bw, evID, id, owner, taskID, left)
 	})
 }
 
@@ -717,8 +628,8 @@ func (h *Handler) streamResult(rc *fasthttp.RequestCtx, info *reqInfo, id []byte
 // the request's outcome. A client that leaves ends body's ctx at once (and
 // sets left), and with it the stream's claim to deliver the task's
 // messages (SetListening).
-func (h *Handler) startResultStream(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, taskID string,
-	body func(ctx context.Context, w *bufio.Writer, evID string, left *atomic.Bool) string) {
+func (w *Wire) startResultStream(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, taskID string,
+	body func(ctx context.Context, bw *bufio.Writer, evID string, left *atomic.Bool) string) {
 	rc.SetStatusCode(fasthttp.StatusOK)
 	rc.Response.Header.SetContentType("text/event-stream")
 	rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
@@ -731,57 +642,57 @@ func (h *Handler) startResultStream(rc *fasthttp.RequestCtx, info *reqInfo, id [
 	// conn, only to see the client leave, until the writer returns; w is
 	// valid until then too.
 	conn := rc.Conn()
-	parent := h.waitCtxOf(info) // WaitRoot with the request's trace span, when traced
-	se := h.beginStream(info)
-	h.eng.Enter()
-	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer h.eng.Leave()
-		h.m.waiters.Inc()
-		defer h.m.waiters.Dec()
+	parent := w.WaitCtxOf(info) // WaitRoot with the request's trace span, when traced
+	se := w.BeginStream(info)
+	w.Eng.Enter()
+	rc.SetBodyStreamWriter(func(bw *bufio.Writer) {
+		defer w.Eng.Leave()
+		w.Waiters.Inc()
+		defer w.Waiters.Dec()
 		outcome := ""
-		defer func() { se.end(outcome) }()
+		defer func() { se.End(outcome) }()
 		var left atomic.Bool
 		// WaitRoot: on shutdown the wait goes on until this process's
 		// calls have recorded their outcomes, so it ends with one.
 		ctx, cancel := context.WithCancel(parent)
 		defer cancel()
 		defer sysconn.WatchClose(conn, func() { left.Store(true); cancel() })()
-		fmt.Fprintf(w, "id: %s\nretry: %d\ndata: \n\n", evID, resumeRetryMs)
-		if w.Flush() != nil {
+		fmt.Fprintf(bw, "id: %s\nretry: %d\ndata: \n\n", evID, resumeRetryMs)
+		if bw.Flush() != nil {
 			return
 		}
-		outcome = body(ctx, w, evID, &left)
+		outcome = body(ctx, bw, evID, &left)
 	})
 }
 
 // resultStreamBody waits through the store for the task's end, marked as
 // its listener, delivering its queued messages as they come, and ends the
 // stream with the result. It returns the request's outcome.
-func (h *Handler) resultStreamBody(ctx context.Context, w *bufio.Writer, evID string, id []byte, owner, taskID string, left *atomic.Bool) string {
-	h.eng.Listen(owner, taskID, listeningTTLKeepAlive*h.cfg.KeepAlive)
-	defer h.eng.Listen(owner, taskID, 0)
+func (w *Wire) resultStreamBody(ctx context.Context, bw *bufio.Writer, evID string, id []byte, owner, taskID string, left *atomic.Bool) string {
+	w.Eng.Listen(owner, taskID, listeningTTLKeepAlive*w.Config.KeepAlive)
+	defer w.Eng.Listen(owner, taskID, 0)
 	keep := func() bool {
-		h.eng.Listen(owner, taskID, listeningTTLKeepAlive*h.cfg.KeepAlive)
-		_, err := w.WriteString(": keep-alive\n\n")
-		return err == nil && w.Flush() == nil
+		w.Eng.Listen(owner, taskID, listeningTTLKeepAlive*w.Config.KeepAlive)
+		_, err := bw.WriteString(": keep-alive\n\n")
+		return err == nil && bw.Flush() == nil
 	}
 	n := 0
 	var open []openQuestion
 	deliver := func(msgs []taskstore.Message) int {
 		for i, m := range msgs {
 			n++
-			if _, err := w.Write(sse.Append(nil, evID+"."+strconv.Itoa(n), m.Data)); err != nil || w.Flush() != nil {
+			if _, err := bw.Write(sse.Append(nil, evID+"."+strconv.Itoa(n), m.Data)); err != nil || bw.Flush() != nil {
 				return i
 			}
 			open = noteQuestion(open, taskID, m.Data)
 		}
 		return len(msgs)
 	}
-	t, out, err := h.eng.WaitTerminal(ctx, owner, taskID, keep, deliver)
+	t, out, err := w.Eng.WaitTerminal(ctx, owner, taskID, keep, deliver)
 	if err != nil && len(open) > 0 {
 		// The stream ends before the task: questions it carried that
 		// are still unanswered go to the owner's next stream.
-		h.redeliverOpen(owner, open)
+		w.redeliverOpen(owner, open)
 	}
 	var buf []byte
 	outcome := ""
@@ -790,18 +701,18 @@ func (h *Handler) resultStreamBody(ctx context.Context, w *bufio.Writer, evID st
 		buf = appendOutcome(nil, id, t, out)
 		outcome = answerOutcome(t, out)
 	case errors.Is(err, taskstore.ErrNotFound):
-		buf = appendErrorResponse(nil, id, codeInvalidParams, msgTaskNotFound)
+		buf = wire.AppendError(nil, id, wire.CodeInvalidParams, wire.MsgTaskNotFound)
 		outcome = "rpc_error"
 	case errors.Is(err, engine.ErrClientGone), left.Load():
-		return outcomeClientGone
+		return wire.OutcomeClientGone
 	case ctx.Err() != nil:
 		return "shutdown" // shutting down: the client resumes on another replica
 	default:
-		buf = appendErrorResponse(nil, id, codeInternalError, msgStoreUnavailable)
+		buf = wire.AppendError(nil, id, wire.CodeInternalError, wire.MsgStoreUnavailable)
 		outcome = "store_unavailable"
 	}
-	_, _ = w.Write(sse.Append(nil, evID, buf))
-	_ = w.Flush()
+	_, _ = bw.Write(sse.Append(nil, evID, buf))
+	_ = bw.Flush()
 	return outcome
 }
 
@@ -830,27 +741,8 @@ func parseResultEventID(s string) (taskID string, rpcID []byte, ok bool) {
 		return "", nil, false
 	}
 	env := jsonx.Scanner{B: rpcID}
-	if raw, err := env.Value(); err != nil || len(raw) != len(rpcID) || !validID(rpcID) {
+	if raw, err := env.Value(); err != nil || len(raw) != len(rpcID) || !wire.ValidID(rpcID) {
 		return "", nil, false
 	}
 	return taskID, rpcID, true
-}
-
-// holdYoungFor is the age below which a tasks/get of a local call waits
-// up to holdYoungMax for its end (engine.Config.HoldYoung, HoldFor): a client
-// polling a call of a few milliseconds learns of its end in the first
-// answer rather than one pollInterval (pollMin) later.
-const (
-	holdYoungFor = 200 * time.Millisecond
-	holdYoungMax = 5 * time.Millisecond
-)
-
-// CancelTask cancels owner's unfinished task id for an operator, exactly
-// as the owner's own tasks/cancel does: the store records the cancel with
-// statusMessage msg, which wakes the task's runner on whichever replica
-// runs the call, and a call running in this process is aborted at once.
-// taskstore.ErrTerminal when the task already finished, ErrNotFound when
-// there is no such task.
-func (h *Handler) CancelTask(ctx context.Context, owner, id, msg string) (*taskstore.Task, error) {
-	return h.eng.Cancel(ctx, owner, id, msg, true)
 }

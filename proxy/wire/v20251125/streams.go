@@ -1,4 +1,4 @@
-package proxy
+package v20251125
 
 import (
 	"bufio"
@@ -17,6 +17,7 @@ import (
 	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/proxy/tracing"
 	"github.com/taskgate/taskgate/proxy/upstream"
+	"github.com/taskgate/taskgate/proxy/wire"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
@@ -41,18 +42,8 @@ import (
 // own id. When no request is pending the task returns to working (T-65).
 
 const (
-	methodProgress        = "notifications/progress"
-	methodTaskStatus      = "notifications/tasks/status"
 	listeningTTLKeepAlive = 3 // a tasks/result stream's mark lives this many keep-alive intervals
 )
-
-// sessionKey is the store's name for a client's MCP session.
-func (h *Handler) sessionKey(sid []byte) string {
-	if len(sid) == 0 {
-		return ""
-	}
-	return h.keyedHash("mcp-session", sid)
-}
 
 // withRelatedTaskParams returns msg with params._meta[related-task] set.
 func withRelatedTaskParams(msg []byte, taskID string) ([]byte, error) {
@@ -71,67 +62,46 @@ func withRelatedTaskParams(msg []byte, taskID string) ([]byte, error) {
 	return jsonx.SetMember(msg, "params", params)
 }
 
-// canonicalID renders a raw JSON-RPC id the same way whoever encoded it:
-// strings are re-encoded after unescaping, numbers kept as written.
-func canonicalID(raw []byte) string {
-	if len(raw) > 0 && raw[0] == '"' {
-		if s, ok := jsonx.UnquoteValue(raw); ok {
-			return string(appendJSONString(nil, s))
-		}
-	}
-	return string(raw)
-}
-
 // relayNotification queues an upstream notification of the call for the
 // client. Progress also becomes the task's statusMessage, so a client that
 // only polls tasks/get sees it.
-func (h *Handler) relayNotification(ctx context.Context, j *job, env *envelope, msg []byte) {
+func (w *Wire) relayNotification(ctx context.Context, j *wire.Job, env *wire.Envelope, msg []byte) {
 	kind := taskstore.KindNotification
-	if env.method == methodProgress {
+	if env.Method == wire.MethodProgress {
 		kind = taskstore.KindProgress
-		h.eng.Progress(ctx, &j.Job, progressText(env.params))
-	}
-	if j.modern != nil {
-		// The 2026 wire has no notifications on tasks (progress fed the
-		// statusMessage); a plain call's client takes them on its answer.
-		j.modern.notify(env, msg)
-		return
+		w.Eng.Progress(ctx, &j.Job, wire.ProgressText(env.Params))
 	}
 	out, err := withRelatedTaskParams(msg, j.Task.ID)
 	if err != nil {
-		j.Log.Warn().Err(err).Str(logRPCMethod, env.method).Msg("dropping a malformed upstream notification")
+		j.Log.Warn().Err(err).Str(wire.LogRPCMethod, env.Method).Msg("dropping a malformed upstream notification")
 		return
 	}
-	h.eng.Enqueue(ctx, &j.Job, kind, out, env.method)
+	w.Eng.Enqueue(ctx, &j.Job, kind, out, env.Method)
 }
 
 // relayRequest forwards an upstream request to the client (elicitation,
 // sampling, roots): the task enters input_required (T-62) and the request
 // waits for a stream.
-func (h *Handler) relayRequest(ctx context.Context, j *job, env *envelope, msg []byte) {
-	if j.modern != nil {
-		h.modernQuestion(ctx, j, env, msg)
-		return
-	}
+func (w *Wire) relayRequest(ctx context.Context, j *wire.Job, env *wire.Envelope, msg []byte) {
 	if j.Session == "" {
 		// Without an owner the client's answer cannot be matched.
-		h.postUpstream(j, appendErrorResponse(nil, env.id, codeMethodNotFound,
-			"taskgate: "+env.method+" needs an MCP session or an Authorization header to reach the client"))
+		w.PostUpstream(j, wire.AppendError(nil, env.ID, wire.CodeMethodNotFound,
+			"taskgate: "+env.Method+" needs an MCP session or an Authorization header to reach the client"))
 		return
 	}
-	out, qid, err := asQuestion(msg, env.id, j.Task.ID)
+	out, qid, err := asQuestion(msg, env.ID, j.Task.ID)
 	if err != nil {
 		j.Log.Warn().Err(err).Msg("answering a malformed upstream request with an error")
-		h.postUpstream(j, appendErrorResponse(nil, env.id, codeInvalidRequest, "taskgate: malformed request"))
+		w.PostUpstream(j, wire.AppendError(nil, env.ID, wire.CodeInvalidRequest, "taskgate: malformed request"))
 		return
 	}
-	if err := h.eng.Ask(ctx, &j.Job, j.Session, canonicalID(qid), env.method); err != nil {
+	if err := w.Eng.Ask(ctx, &j.Job, j.Session, wire.CanonicalID(qid), env.Method); err != nil {
 		j.Log.Warn().Err(err).Msg("recording a pending client request failed")
-		h.postUpstream(j, appendErrorResponse(nil, env.id, codeInternalError, "taskgate: "+msgStoreUnavailable))
+		w.PostUpstream(j, wire.AppendError(nil, env.ID, wire.CodeInternalError, "taskgate: "+wire.MsgStoreUnavailable))
 		return
 	}
-	j.traceEvent(tracing.EventInputRequired, tracing.MethodName.String(env.method))
-	h.eng.Enqueue(ctx, &j.Job, taskstore.KindRequest, out, env.method)
+	j.TraceEvent(tracing.EventInputRequired, tracing.MethodName.String(env.Method))
+	w.Eng.Enqueue(ctx, &j.Job, taskstore.KindRequest, out, env.Method)
 }
 
 // deliverAnswers posts the client's answers from the task's inbox upstream,
@@ -140,40 +110,15 @@ func (h *Handler) relayRequest(ctx context.Context, j *job, env *envelope, msg [
 // (wake-ups and lease renewals), also when this runner relayed no
 // question: questions of the upstream's GET stream that were tied to the
 // task (attributeQuestion) are answered into the inbox too.
-func (h *Handler) deliverAnswers(ctx context.Context, j *job) {
-	if j.modern != nil {
-		h.modernAnswers(ctx, j)
-		return
-	}
-	answers := h.eng.TakeAnswers(ctx, &j.Job)
+func (w *Wire) deliverAnswers(ctx context.Context, j *wire.Job) {
+	answers := w.Eng.TakeAnswers(ctx, &j.Job)
 	if len(answers) == 0 {
 		return
 	}
 	for _, a := range answers {
-		h.postUpstream(j, toUpstreamAnswer(a))
+		w.PostUpstream(j, toUpstreamAnswer(a))
 	}
-	h.eng.Answered(ctx, &j.Job, len(answers))
-}
-
-// progressText renders a progress notification for statusMessage.
-func progressText(params []byte) string {
-	if params == nil {
-		return ""
-	}
-	vals, err := jsonx.Members(params, "message", "progress", "total")
-	if err != nil {
-		return ""
-	}
-	if m, ok := jsonx.UnquoteValue(vals[0]); ok && m != "" {
-		return truncate(m, 200)
-	}
-	if vals[1] == nil {
-		return ""
-	}
-	if vals[2] != nil {
-		return string(vals[1]) + " of " + string(vals[2])
-	}
-	return "progress " + string(vals[1])
+	w.Eng.Answered(ctx, &j.Job, len(answers))
 }
 
 // clientAnswer routes a client's JSON-RPC response to the runner of the
@@ -181,29 +126,29 @@ func progressText(params []byte) string {
 // reports false when the response's id is not a question id (the caller
 // then passes it through); answers to question ids never reach the
 // upstream directly.
-func (h *Handler) clientAnswer(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) bool {
-	if !bytes.HasPrefix(env.id, []byte(`"`+questionIDPrefix)) {
+func (w *Wire) clientAnswer(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope) bool {
+	if !bytes.HasPrefix(env.ID, []byte(`"`+wire.QuestionIDPrefix)) {
 		return false // not an id taskgate gave a question: the upstream's business
 	}
-	owner, _ := h.owner(&rc.Request.Header)
-	group := streamGroup(owner)
+	owner, _ := w.Owner(&rc.Request.Header)
+	group := wire.StreamGroup(owner)
 	taskID, err := "", taskstore.ErrNotFound
 	if group != "" {
-		taskID, err = h.eng.Answer(h.root, owner, group, canonicalID(env.id), append([]byte(nil), rc.PostBody()...))
+		taskID, err = w.Eng.Answer(w.Root, owner, group, wire.CanonicalID(env.ID), append([]byte(nil), rc.PostBody()...))
 	}
 	switch {
 	case errors.Is(err, taskstore.ErrNotFound):
 		// Answered before (the first answer wins), its task ended, or not
 		// this owner's: the upstream never issued this id, so the answer
 		// is dropped here.
-		info.outcome = "answer_ignored"
+		info.Outcome = "answer_ignored"
 		rc.SetStatusCode(fasthttp.StatusAccepted)
 	case err != nil:
-		h.log.Warn().Err(err).Msg("routing a client answer through the store failed")
-		info.outcome = "store_unavailable"
-		h.httpRPCError(rc, fasthttp.StatusServiceUnavailable, nil, codeInternalError, msgStoreUnavailable)
+		w.Log.Warn().Err(err).Msg("routing a client answer through the store failed")
+		info.Outcome = "store_unavailable"
+		wire.HTTPError(rc, fasthttp.StatusServiceUnavailable, nil, wire.CodeInternalError, wire.MsgStoreUnavailable)
 	default:
-		info.outcome, info.taskID = "answer_routed", taskID
+		info.Outcome, info.TaskID = "answer_routed", taskID
 		rc.SetStatusCode(fasthttp.StatusAccepted)
 	}
 	return true
@@ -212,7 +157,7 @@ func (h *Handler) clientAnswer(rc *fasthttp.RequestCtx, info *reqInfo, env *enve
 // appendStatusNotification appends notifications/tasks/status for t (the
 // full task, no related-task meta: T-45, E-40).
 func appendStatusNotification(dst []byte, t *taskstore.Task) []byte {
-	dst = append(dst, `{"jsonrpc":"2.0","method":"`+methodTaskStatus+`","params":`...)
+	dst = append(dst, `{"jsonrpc":"2.0","method":"`+wire.MethodTaskStatus+`","params":`...)
 	dst = appendTask(dst, t)
 	return append(dst, '}')
 }
@@ -221,28 +166,28 @@ func appendStatusNotification(dst []byte, t *taskstore.Task) []byte {
 // 2025-11-25: the upstream's stream relayed event by event, merged with
 // the session's task messages and status notifications, with keep-alive
 // comments. An upstream without a GET stream (405) still gets taskgate's.
-func (h *Handler) getStream(rc *fasthttp.RequestCtx, info *reqInfo) {
-	sid := append([]byte(nil), rc.Request.Header.Peek(headerSessionID)...)
-	owner, _ := h.owner(&rc.Request.Header)
-	h.prepareUpstream(rc, &rc.Request)
+func (w *Wire) getStream(rc *fasthttp.RequestCtx, info *wire.Info) {
+	sid := append([]byte(nil), rc.Request.Header.Peek(wire.HeaderSessionID)...)
+	owner, _ := w.Owner(&rc.Request.Header)
+	w.PrepareUpstream(rc, &rc.Request)
 	req := fasthttp.AcquireRequest()
 	rc.Request.Header.CopyTo(&req.Header)
 	// A dedicated connection: closing it is the one safe way to stop a
 	// reader blocked on a long-lived stream.
-	ctx, cancel := context.WithCancel(h.root)
+	ctx, cancel := context.WithCancel(w.Root)
 	start := time.Now()
-	x, err := h.up.RoundTrip(ctx, req)
+	x, err := w.Up.RoundTrip(ctx, req)
 	fasthttp.ReleaseRequest(req)
-	h.m.observeUpstream(metricGetStream, time.Since(start))
+	w.ObserveUpstream(wire.MetricGetStream, time.Since(start))
 	if err != nil {
 		cancel()
-		h.upstreamFailed(rc, info, nil, err)
+		w.UpstreamFailed(rc, info, nil, err)
 		return
 	}
 	resp, done, abort := x.Resp, x.Done, x.Abort // a stream's connection is never reused
 	var upBody io.Reader
 	switch {
-	case resp.StatusCode() == fasthttp.StatusOK && isEventStream(resp.Header.ContentType()):
+	case resp.StatusCode() == fasthttp.StatusOK && wire.IsEventStream(resp.Header.ContentType()):
 		upBody = resp.BodyStream()
 		resp.Header.CopyTo(&rc.Response.Header)
 		upstream.StripResponseHopByHop(&rc.Response.Header)
@@ -257,32 +202,32 @@ func (h *Handler) getStream(rc *fasthttp.RequestCtx, info *reqInfo) {
 	default:
 		rc.SetStatusCode(resp.StatusCode())
 		resp.Header.CopyTo(&rc.Response.Header)
-		body, _ := readAllLimit(resp.BodyStream(), 64<<10)
+		body, _ := wire.ReadAllLimit(resp.BodyStream(), 64<<10)
 		rc.SetBody(body)
 		done()
 		cancel()
-		h.relayResponse(rc)
+		w.RelayResponse(rc)
 		return
 	}
-	info.outcome = "stream"
+	info.Outcome = "stream"
 	rc.Response.ImmediateHeaderFlush = true
-	sess := h.sessionKey(sid)
+	sess := w.SessionKey(sid)
 	// The stream writer below runs after the handler has returned, when rc,
 	// its Request, Response and headers are fasthttp's: it never touches
 	// them. It uses copies and values it owns (owner, sess, se, upstream
 	// with done, cancel and abort) and conn, only to see the client leave,
 	// until it returns; w is valid until then too.
 	conn := rc.Conn()
-	se := h.beginStream(info)
-	h.eng.Enter()
-	rc.SetBodyStreamWriter(func(w *bufio.Writer) {
-		defer h.eng.Leave()
+	se := w.BeginStream(info)
+	w.Eng.Enter()
+	rc.SetBodyStreamWriter(func(bw *bufio.Writer) {
+		defer w.Eng.Leave()
 		var left atomic.Bool
 		defer func() {
 			if left.Load() {
-				se.end(outcomeClientGone)
+				se.End(wire.OutcomeClientGone)
 			} else {
-				se.end("")
+				se.End("")
 			}
 		}()
 		defer done()
@@ -290,10 +235,10 @@ func (h *Handler) getStream(rc *fasthttp.RequestCtx, info *reqInfo) {
 		// A client that closes the stream is seen at once (not at the
 		// next keep-alive write): the upstream stream is closed with it,
 		// so the upstream sends its messages on a POST stream instead.
-		sctx, scancel := context.WithCancel(h.root)
+		sctx, scancel := context.WithCancel(w.Root)
 		defer scancel()
 		defer sysconn.WatchClose(conn, func() { left.Store(true); scancel(); abort() })()
-		h.mergeStream(sctx, w, upBody, abort, owner, sess)
+		w.mergeStream(sctx, bw, upBody, abort, owner, sess)
 	})
 }
 
@@ -305,13 +250,13 @@ func (h *Handler) getStream(rc *fasthttp.RequestCtx, info *reqInfo) {
 // waits for that goroutine, so the caller may release the response
 // afterwards; it ends with ctx too (the client left). Questions it delivered that are still unanswered when it ends
 // are queued again (redeliverOpen).
-func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.Reader, abort func(), owner, sess string) {
+func (w *Wire) mergeStream(ctx context.Context, bw *bufio.Writer, upstream io.Reader, abort func(), owner, sess string) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	group := streamGroup(owner)
+	group := wire.StreamGroup(owner)
 	var events <-chan taskstore.SessionEvent
-	if mail, err := h.eng.WatchOwner(ctx, owner, group); err != nil {
-		h.log.Warn().Err(err).Msg("GET stream without task messages: subscribing failed")
+	if mail, err := w.Eng.WatchOwner(ctx, owner, group); err != nil {
+		w.Log.Warn().Err(err).Msg("GET stream without task messages: subscribing failed")
 	} else {
 		defer mail.Stop()
 		events = mail.Events()
@@ -319,7 +264,7 @@ func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.
 	var open []openQuestion
 	defer func() {
 		if len(open) > 0 {
-			h.redeliverOpen(owner, open)
+			w.redeliverOpen(owner, open)
 		}
 	}()
 
@@ -335,7 +280,7 @@ func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.
 		go func() {
 			defer close(readerDone)
 			defer close(up)
-			r := sse.NewReader(upstream, h.cfg.MaxResultSize)
+			r := sse.NewReader(upstream, w.Config.MaxResultSize)
 			for {
 				ev, err := r.Next()
 				if ev != nil && len(ev.Raw) > 0 {
@@ -355,26 +300,26 @@ func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.
 				}
 			}
 		}()
-	} else if _, err := w.WriteString(": taskgate stream\n\n"); err != nil || w.Flush() != nil {
+	} else if _, err := bw.WriteString(": taskgate stream\n\n"); err != nil || bw.Flush() != nil {
 		return
 	}
 
 	// write delivers one message of taskID to the client.
 	write := func(taskID string, m taskstore.Message) bool {
-		if _, err := w.Write(sse.Append(nil, "", m.Data)); err != nil || w.Flush() != nil {
+		if _, err := bw.Write(sse.Append(nil, "", m.Data)); err != nil || bw.Flush() != nil {
 			return false
 		}
 		open = noteQuestion(open, taskID, m.Data)
 		return true
 	}
 	drain := func(taskID string) bool {
-		return h.eng.DeliverQueued(ctx, owner, taskID, func(m taskstore.Message) bool { return write(taskID, m) })
+		return w.Eng.DeliverQueued(ctx, owner, taskID, func(m taskstore.Message) bool { return write(taskID, m) })
 	}
-	rescan := func() bool { return h.eng.DeliverAllQueued(ctx, owner, group, write) }
+	rescan := func() bool { return w.Eng.DeliverAllQueued(ctx, owner, group, write) }
 	if events != nil && !rescan() {
 		return
 	}
-	keep := time.NewTicker(h.cfg.KeepAlive)
+	keep := time.NewTicker(w.Config.KeepAlive)
 	defer keep.Stop()
 	var upCh <-chan upEvent = up
 	if upstream == nil {
@@ -386,10 +331,10 @@ func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.
 			if !ok {
 				return // the upstream ended its stream; the client reconnects
 			}
-			if ev.data != nil && h.attributeQuestion(ctx, owner, sess, ev.data) {
+			if ev.data != nil && w.attributeQuestion(ctx, owner, sess, ev.data) {
 				continue // now the task's question: it comes through its queue
 			}
-			if _, err := w.Write(ev.raw); err != nil || w.Flush() != nil {
+			if _, err := bw.Write(ev.raw); err != nil || bw.Flush() != nil {
 				return
 			}
 		case ev := <-events:
@@ -398,10 +343,10 @@ func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.
 			case 'q':
 				ok = drain(ev.TaskID)
 			case 's':
-				t, err := h.eng.Task(ctx, owner, ev.TaskID)
+				t, err := w.Eng.Task(ctx, owner, ev.TaskID)
 				if err == nil {
-					_, werr := w.Write(sse.Append(nil, "", appendStatusNotification(nil, t)))
-					ok = werr == nil && w.Flush() == nil
+					_, werr := bw.Write(sse.Append(nil, "", appendStatusNotification(nil, t)))
+					ok = werr == nil && bw.Flush() == nil
 				}
 			default:
 				ok = rescan()
@@ -410,7 +355,7 @@ func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.
 				return
 			}
 		case <-keep.C:
-			if _, err := w.WriteString(": keep-alive\n\n"); err != nil || w.Flush() != nil {
+			if _, err := bw.WriteString(": keep-alive\n\n"); err != nil || bw.Flush() != nil {
 				return
 			}
 		case <-ctx.Done():
@@ -419,13 +364,6 @@ func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.
 	}
 }
 
-// Requests an upstream may send to the client about a running call.
-const (
-	methodElicit    = "elicitation/create"
-	methodSampling  = "sampling/createMessage"
-	methodRootsList = "roots/list"
-)
-
 // attributeQuestion ties a question the upstream sent on its standalone GET
 // stream to a task, when exactly one task call of owner runs on the
 // upstream session sess: the question then travels like the call's own
@@ -433,37 +371,37 @@ const (
 // the task's runner). It reports whether it took msg; an unattributable
 // question (no task call, or several, on the session; a store error) is
 // left to pass through as it came.
-func (h *Handler) attributeQuestion(ctx context.Context, owner, sess string, msg []byte) bool {
-	env, err := parseEnvelope(msg)
-	if err != nil || !env.isRequest() {
+func (w *Wire) attributeQuestion(ctx context.Context, owner, sess string, msg []byte) bool {
+	env, err := wire.ParseEnvelope(msg)
+	if err != nil || !env.IsRequest() {
 		return false
 	}
-	switch env.method {
-	case methodElicit, methodSampling, methodRootsList:
+	switch env.Method {
+	case wire.MethodElicit, wire.MethodSampling, wire.MethodRootsList:
 	default:
 		return false
 	}
-	group := streamGroup(owner)
+	group := wire.StreamGroup(owner)
 	if group == "" || sess == "" {
 		return false
 	}
-	taskID, ok := h.eng.OnlyTaskOn(ctx, sess)
+	taskID, ok := w.Eng.OnlyTaskOn(ctx, sess)
 	if !ok {
 		return false
 	}
-	out, qid, err := asQuestion(msg, env.id, taskID)
+	out, qid, err := asQuestion(msg, env.ID, taskID)
 	if err != nil {
 		return false
 	}
 	// The engine refuses a task of another owner (not found) or one that
 	// ended; the question then passes through.
-	if err := h.eng.AskFor(ctx, owner, group, taskID, canonicalID(qid), env.method, out); err != nil {
+	if err := w.Eng.AskFor(ctx, owner, group, taskID, wire.CanonicalID(qid), env.Method, out); err != nil {
 		if !errors.Is(err, engine.ErrNotPending) {
-			h.log.Warn().Err(err).Str(logTaskID, taskID).Msg("queueing a question of the upstream's GET stream failed")
+			w.Log.Warn().Err(err).Str(wire.LogTaskID, taskID).Msg("queueing a question of the upstream's GET stream failed")
 		}
 		return false
 	}
-	h.log.Info().Str(logTaskID, taskID).Str(logRPCMethod, env.method).
+	w.Log.Info().Str(wire.LogTaskID, taskID).Str(wire.LogRPCMethod, env.Method).
 		Msg("question on the upstream's GET stream tied to the session's only running task")
 	return true
 }

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"bytes"
@@ -45,9 +45,9 @@ func FuzzParseEnvelope(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		orig := append([]byte(nil), b...)
-		env, err := parseEnvelope(b)
+		env, err := ParseEnvelope(b)
 		if !bytes.Equal(b, orig) {
-			t.Fatalf("parseEnvelope modified its input")
+			t.Fatalf("ParseEnvelope modified its input")
 		}
 		valid := json.Valid(b)
 		switch {
@@ -55,19 +55,19 @@ func FuzzParseEnvelope(f *testing.F) {
 			return
 		case errors.Is(err, jsonx.ErrSyntax), errors.Is(err, jsonx.ErrTrailing):
 			if valid {
-				t.Fatalf("parseEnvelope(%q) = %v, but json.Valid accepts it", b, err)
+				t.Fatalf("ParseEnvelope(%q) = %v, but json.Valid accepts it", b, err)
 			}
 			return
 		case err != nil:
 			if !valid {
-				t.Fatalf("parseEnvelope(%q) = %v, but the input is not valid JSON", b, err)
+				t.Fatalf("ParseEnvelope(%q) = %v, but the input is not valid JSON", b, err)
 			}
 			return
 		}
 		if !valid {
-			t.Fatalf("parseEnvelope(%q) accepted invalid JSON", b)
+			t.Fatalf("ParseEnvelope(%q) accepted invalid JSON", b)
 		}
-		if env.batch == nil {
+		if env.Batch == nil {
 			checkAgainstEncodingJSON(t, b, env)
 			return
 		}
@@ -75,16 +75,16 @@ func FuzzParseEnvelope(f *testing.F) {
 		if err := json.Unmarshal(b, &elems); err != nil {
 			t.Fatalf("accepted batch %q: encoding/json: %v", b, err)
 		}
-		if len(elems) != len(env.batch) {
-			t.Fatalf("batch %q: %d elements, encoding/json sees %d", b, len(env.batch), len(elems))
+		if len(elems) != len(env.Batch) {
+			t.Fatalf("batch %q: %d elements, encoding/json sees %d", b, len(env.Batch), len(elems))
 		}
 		for i, el := range elems {
-			checkAgainstEncodingJSON(t, el, env.batch[i])
+			checkAgainstEncodingJSON(t, el, env.Batch[i])
 		}
 	})
 }
 
-func checkAgainstEncodingJSON(t *testing.T, b []byte, env envelope) {
+func checkAgainstEncodingJSON(t *testing.T, b []byte, env Envelope) {
 	t.Helper()
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(b, &m); err != nil {
@@ -96,16 +96,16 @@ func checkAgainstEncodingJSON(t *testing.T, b []byte, env envelope) {
 			t.Fatalf("accepted %q with a non-string method: %v", b, err)
 		}
 	}
-	if env.method != want {
-		t.Fatalf("parseEnvelope(%q) method = %q, encoding/json sees %q", b, env.method, want)
+	if env.Method != want {
+		t.Fatalf("ParseEnvelope(%q) method = %q, encoding/json sees %q", b, env.Method, want)
 	}
-	if raw, ok := m["id"]; string(raw) != string(env.id) || ok != (env.id != nil) {
-		t.Fatalf("parseEnvelope(%q) id = %q, encoding/json sees %q", b, env.id, raw)
+	if raw, ok := m["id"]; string(raw) != string(env.ID) || ok != (env.ID != nil) {
+		t.Fatalf("ParseEnvelope(%q) id = %q, encoding/json sees %q", b, env.ID, raw)
 	}
-	if raw, ok := m["params"]; string(raw) != string(env.params) || ok != (env.params != nil) {
-		t.Fatalf("parseEnvelope(%q) params = %q, encoding/json sees %q", b, env.params, raw)
+	if raw, ok := m["params"]; string(raw) != string(env.Params) || ok != (env.Params != nil) {
+		t.Fatalf("ParseEnvelope(%q) params = %q, encoding/json sees %q", b, env.Params, raw)
 	}
 	if string(m["jsonrpc"]) != `"2.0"` {
-		t.Fatalf("parseEnvelope(%q) accepted jsonrpc %q", b, m["jsonrpc"])
+		t.Fatalf("ParseEnvelope(%q) accepted jsonrpc %q", b, m["jsonrpc"])
 	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package wire
 
 import (
 	"testing"
@@ -7,7 +7,7 @@ import (
 )
 
 // TestJobHeaderCopy: Begin keeps the call's request headers as bytes that
-// outlive the request, and header parses them back whole, for the
+// outlive the request, and Header parses them back whole, for the
 // messages sent beside the call (answers, resumes, the session's end).
 func TestJobHeaderCopy(t *testing.T) {
 	req := fasthttp.AcquireRequest()
@@ -22,17 +22,17 @@ func TestJobHeaderCopy(t *testing.T) {
 	req.Header.Add("X-Multi", "b")
 	req.SetBodyString(`{"jsonrpc":"2.0","id":1,"method":"tools/call"}`)
 
-	j := &job{req: req}
-	j.Call = j
-	(&taskUpstream{}).Begin(&j.Job)
+	j := &Job{Req: req}
+	j.Job.Call = j
+	(&Runner{}).Begin(&j.Job)
 	want := map[string]string{}
 	req.Header.VisitAll(func(k, v []byte) { want[string(k)] += string(v) + ";" })
 	req.Header.Set("Mcp-Session-Id", "changed") // the request is reused once written
 	fasthttp.ReleaseRequest(req)
-	j.req = nil
+	j.Req = nil
 
 	var got fasthttp.RequestHeader
-	if err := j.header(&got); err != nil {
+	if err := j.Header(&got); err != nil {
 		t.Fatal(err)
 	}
 	if m := string(got.Method()); m != fasthttp.MethodPost {
@@ -54,8 +54,8 @@ func TestJobHeaderCopy(t *testing.T) {
 		}
 	}
 
-	j.hdr = j.hdr[:len(j.hdr)-2] // no blank line: not a header block
-	if err := j.header(&got); err == nil {
+	j.Hdr = j.Hdr[:len(j.Hdr)-2] // no blank line: not a header block
+	if err := j.Header(&got); err == nil {
 		t.Error("a cut header copy parsed without error")
 	}
 }
