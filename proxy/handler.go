@@ -193,12 +193,10 @@ type Handler struct {
 	// eras serve the protocol revisions (eras.go), asked in order.
 	eras []wire.Era
 
-	versions versionCache
-	bindings bindingCache             // session id -> owner binding (sessions.go)
-	okey     atomic.Pointer[ownerKey] // SetOwnerKey swaps it; keyedHash reads it
-	// storeDownUntil (unix ns) skips session-version lookups for a moment
-	// after one failed, so pass-through does not wait on a dead store.
-	storeDownUntil atomic.Int64
+	// id derives owners and guards sessions (owner.go, sessions.go);
+	// bridge rewrites the protocol version of bridged sessions (versions.go).
+	id     ident
+	bridge versionBridge
 
 	// eng runs the tasks (package engine): creation, runners, waits,
 	// cancels, messages, leases, limits. root is its context.
@@ -280,8 +278,10 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 			h.origins[strings.TrimRight(o, "/")] = true
 		}
 	}
-	h.versions.init(8192)
-	h.bindings.max = 8192
+	h.id.store, h.id.log, h.id.storeTimeout = store, &h.log, cfg.StoreTimeout
+	h.id.bindings.max = 8192
+	h.bridge = versionBridge{store: store, log: &h.log, policy: h.policy, storeTimeout: cfg.StoreTimeout, downUntil: &h.id.storeDownUntil}
+	h.bridge.versions.init(8192)
 	h.f = h.newFront()
 	h.eng = engine.New(engine.Config{
 		ProcessID:        cfg.ProcessID,
@@ -295,9 +295,10 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 		TaskBurst:        cfg.TaskBurst,
 		HoldFor:          holdYoungMax,
 		HoldYoung:        holdYoungFor,
-	}, store, &h.log, &wire.Runner{F: h.f}, h.engineHooks())
+	}, store, &h.log, &wire.Runner{F: h.f}, engineHooks(m, h.policy, h.tr, func() context.Context { return h.root }))
 	h.root = h.eng.Root()
 	h.f.Eng, h.f.Root = h.eng, h.root
+	h.id.root, h.bridge.root, h.bridge.native = h.root, h.root, &h.f.Native
 	h.eras = newEras(h)
 	return h, nil
 }
@@ -379,7 +380,7 @@ func (h *Handler) ServeFastHTTP(rc *fasthttp.RequestCtx) {
 		h.pass(rc, info, nil)
 		return
 	}
-	if sid := rc.Request.Header.Peek(wire.HeaderSessionID); len(sid) > 0 && !h.sessionAllowed(rc, info, sid) {
+	if sid := rc.Request.Header.Peek(wire.HeaderSessionID); len(sid) > 0 && !h.id.sessionAllowed(rc, info, sid) {
 		return // a foreign or ended session: 404, never forwarded
 	}
 	if rc.IsPost() {
@@ -448,7 +449,7 @@ func (h *Handler) record(rc *fasthttp.RequestCtx, info *wire.Info, start time.Ti
 		if info.SessionLog != "" {
 			r.session = info.SessionLog
 		} else if sid := rc.Request.Header.Peek(wire.HeaderSessionID); len(sid) > 0 {
-			r.session = h.hashShort(sid)
+			r.session = h.id.hashShort(sid)
 		}
 	}
 	return r
@@ -635,7 +636,7 @@ func (h *Handler) PingUpstream(ctx context.Context) error { return h.up.Ping(ctx
 
 // SessionLabel is what taskgate's logs show instead of the session id sid
 // (a keyed hash), for components that log sessions too.
-func (h *Handler) SessionLabel(sid []byte) string { return h.hashShort(sid) }
+func (h *Handler) SessionLabel(sid []byte) string { return h.id.hashShort(sid) }
 
 // holdYoungFor is the age below which a tasks/get of a local call waits
 // up to holdYoungMax for its end (engine.Config.HoldYoung, HoldFor): a client

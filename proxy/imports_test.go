@@ -75,9 +75,26 @@ var importRules = []importRule{
 	},
 	{
 		pkgs:   []string{"proxy/engine/..."},
-		forbid: []string{fasthttpPath, "github.com/prometheus/...", "go.opentelemetry.io/...", "proxy/...", "capability/...", "cmd/..."},
-		why: "the task engine knows no wire: not fasthttp, not either era's JSON shapes or scanner, not the upstream's transport " +
+		forbid: []string{fasthttpPath, "github.com/prometheus/...", "go.opentelemetry.io/...", "proxy/...", "proxy/wire/...", "capability/...", "cmd/..."},
+		why: "the task engine knows no wire: not fasthttp, not the wire eras (proxy/wire/...) or their JSON shapes or scanner, not the upstream's transport " +
 			"(it calls the upstream through its own Upstream interface) and no metrics or tracing library (it reports through Hooks)",
+	},
+	{
+		pkgs:   []string{"proxy/wire/..."},
+		forbid: []string{"proxy", "cmd/...", "proxy/stdio/...", "proxy/admin/..."},
+		why: "the wire eras sit below the front: they reach its pass-through, identity and logging only through " +
+			"the hooks of wire.Front, so an era cannot grow a dependency on the front's internals",
+	},
+	{
+		pkgs:   []string{"proxy/wire/v20251125/..."},
+		forbid: []string{"proxy/wire/v20260728/..."},
+		why:    "each era is its own package behind the seam of package wire: what two eras share lives in wire",
+	},
+	{
+		pkgs:   []string{"proxy/wire/v20260728/..."},
+		forbid: []string{"proxy/wire/v20251125/..."},
+		future: true,
+		why:    "each era is its own package behind the seam of package wire: what two eras share lives in wire",
 	},
 	{
 		pkgs:   []string{"proxy/upstream/..."},

@@ -44,7 +44,7 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *wire.Info, env *w
 		wire.RPCError(rc, info, env.ID, wire.NewError(wire.CodeInternalError, wire.MsgShuttingDown))
 		return
 	}
-	owner, _ := h.owner(&rc.Request.Header)
+	owner, _ := h.id.owner(&rc.Request.Header)
 	if !h.f.AllowTaskOp(rc, info, env.ID, owner) {
 		return
 	}
@@ -298,7 +298,7 @@ func (w *modernWire) signState(owner, taskID, tool string, plain bool, exp time.
 		kind = "p"
 	}
 	payload := taskID + "." + strconv.FormatInt(exp.Unix(), 10) + "." + base64.RawURLEncoding.EncodeToString([]byte(tool)) + "." + kind
-	return requestStatePrefix + payload + "." + w.h.keyedHash("request-state", []byte(owner+"\x00"+payload))
+	return requestStatePrefix + payload + "." + w.h.id.keyedHash("request-state", []byte(owner+"\x00"+payload))
 }
 
 // verifyState returns the task id a requestState of signState names, if
@@ -314,7 +314,7 @@ func (w *modernWire) verifyState(owner, tool, state string) (taskID string, plai
 		return "", false, false
 	}
 	payload, mac := rest[:i], rest[i+1:]
-	if !equalConstantTime(mac, w.h.keyedHash("request-state", []byte(owner+"\x00"+payload))) {
+	if !equalConstantTime(mac, w.h.id.keyedHash("request-state", []byte(owner+"\x00"+payload))) {
 		return "", false, false
 	}
 	parts := strings.Split(payload, ".")
@@ -348,7 +348,7 @@ func equalConstantTime(a, b string) bool {
 // requestState is refused with -32602.
 func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, tool, state string) {
 	h := w.h
-	owner, _ := h.owner(&rc.Request.Header)
+	owner, _ := h.id.owner(&rc.Request.Header)
 	if !h.f.AllowTaskOp(rc, info, env.ID, owner) {
 		return
 	}
@@ -444,7 +444,7 @@ func (w *modernWire) tasksMethod(rc *fasthttp.RequestCtx, info *wire.Info, env *
 			"taskgate: the Mcp-Name header must equal params.taskId on "+env.Method, nil)
 		return
 	}
-	owner, _ := h.owner(&rc.Request.Header)
+	owner, _ := h.id.owner(&rc.Request.Header)
 	if !h.f.AllowTaskOp(rc, info, env.ID, owner) {
 		return
 	}

@@ -73,7 +73,7 @@ func TestHeaderName(t *testing.T) {
 
 func TestRequestState(t *testing.T) {
 	h := &Handler{}
-	h.okey.Store(&ownerKey{key: []byte("0123456789abcdef")})
+	h.id.okey.Store(&ownerKey{key: []byte("0123456789abcdef")})
 	w := &modernWire{h: h}
 	state := w.signState("owner-a", "task1", "tool", false, time.Now().Add(time.Minute))
 	if id, plain, ok := w.verifyState("owner-a", "tool", state); !ok || id != "task1" || plain {

@@ -656,7 +656,7 @@ type bridgeSessions struct {
 // on the 2026 wire, which has no sessions, nothing else tells two such
 // requests apart (see anonymous.md).
 func (w *modernWire) session(hdr *fasthttp.RequestHeader) (*bridgeSession, error) {
-	owner, identified := w.h.owner(hdr)
+	owner, identified := w.h.id.owner(hdr)
 	if !identified {
 		return w.sessions.private(hdr)
 	}
@@ -705,7 +705,7 @@ func (s *bridgeSession) done() {
 // closes it. Private sessions do not count towards max: each lives only as
 // long as its request or its call.
 func (b *bridgeSessions) private(hdr *fasthttp.RequestHeader) (*bridgeSession, error) {
-	s := &bridgeSession{pool: b, owner: ownerAnonymous, ready: make(chan struct{})}
+	s := &bridgeSession{pool: b, owner: wire.OwnerAnonymous, ready: make(chan struct{})}
 	s.users.Add(1)
 	s.err = b.open(s, hdr)
 	close(s.ready)

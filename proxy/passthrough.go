@@ -15,7 +15,7 @@ import (
 // bridged.
 func (h *Handler) prepareUpstream(rc *fasthttp.RequestCtx, req *fasthttp.Request) {
 	h.up.Prepare(req)
-	h.bridgeRequest(rc, &req.Header)
+	h.bridge.bridgeRequest(rc, &req.Header)
 }
 
 // pass forwards the request unchanged and streams the answer back. id is

@@ -65,9 +65,9 @@ const credNone = "-"
 
 // credential returns the credential a request carries: "a" and the keyed
 // hash of its Authorization header (the owner of its tasks), or credNone.
-func (h *Handler) credential(hdr *fasthttp.RequestHeader) string {
+func (i *ident) credential(hdr *fasthttp.RequestHeader) string {
 	if a := hdr.Peek(fasthttp.HeaderAuthorization); len(a) > 0 {
-		return "a" + h.keyedHash("authorization", a)
+		return "a" + i.keyedHash("authorization", a)
 	}
 	return credNone
 }
@@ -117,10 +117,10 @@ func (c *bindingCache) put(sid string, b binding) {
 // cred. It runs before the client sees the session id. When the store
 // cannot record it, only this replica knows the binding (logged to log,
 // the initialize request's logger).
-func (h *Handler) bindSession(log *zerolog.Logger, sid, cred string) {
+func (i *ident) bindSession(log *zerolog.Logger, sid, cred string) {
 	now := time.Now()
-	h.bindings.put(sid, binding{cred: cred, checked: now, refreshed: now, logID: h.hashShort([]byte(sid))})
-	if err := h.store.BindSession(h.root, h.f.SessionKey([]byte(sid)), cred, sessionBindTTL); err != nil {
+	i.bindings.put(sid, binding{cred: cred, checked: now, refreshed: now, logID: i.hashShort([]byte(sid))})
+	if err := i.store.BindSession(i.root, i.sessionKey([]byte(sid)), cred, sessionBindTTL); err != nil {
 		log.Warn().Err(err).Msg("recording the session's owner failed; only this replica enforces it")
 	}
 }
@@ -131,11 +131,11 @@ func (h *Handler) bindSession(log *zerolog.Logger, sid, cred string) {
 // (not opened through taskgate) pass. While the store is unreachable a
 // session this replica has not seen passes, except a DELETE, which gets
 // 503: ending a session is never done unchecked.
-func (h *Handler) sessionAllowed(rc *fasthttp.RequestCtx, info *wire.Info, sid []byte) bool {
+func (i *ident) sessionAllowed(rc *fasthttp.RequestCtx, info *wire.Info, sid []byte) bool {
 	now := time.Now()
-	b, ok := h.bindings.get(sid)
+	b, ok := i.bindings.get(sid)
 	if !ok || now.Sub(b.checked) > sessionRecheck {
-		fresh, err := h.loadBinding(sid, b, ok, now)
+		fresh, err := i.loadBinding(sid, b, ok, now)
 		switch {
 		case err == nil:
 			b = fresh
@@ -154,7 +154,7 @@ func (h *Handler) sessionAllowed(rc *fasthttp.RequestCtx, info *wire.Info, sid [
 	if b.cred == "" && !b.closing {
 		return true
 	}
-	if b.closing || !h.credMatches(&rc.Request.Header, b.cred) {
+	if b.closing || !i.credMatches(&rc.Request.Header, b.cred) {
 		info.Outcome = "session_not_found"
 		wire.HTTPError(rc, fasthttp.StatusNotFound, nil, wire.CodeInvalidRequest, msgSessionNotFound)
 		return false
@@ -163,7 +163,7 @@ func (h *Handler) sessionAllowed(rc *fasthttp.RequestCtx, info *wire.Info, sid [
 }
 
 // credMatches reports whether the request carries credential cred.
-func (h *Handler) credMatches(hdr *fasthttp.RequestHeader, cred string) bool {
+func (i *ident) credMatches(hdr *fasthttp.RequestHeader, cred string) bool {
 	a := hdr.Peek(fasthttp.HeaderAuthorization)
 	if len(a) == 0 {
 		return cred == credNone
@@ -171,23 +171,23 @@ func (h *Handler) credMatches(hdr *fasthttp.RequestHeader, cred string) bool {
 	if len(cred) < 2 || cred[0] != 'a' {
 		return false
 	}
-	sum := h.keyedHashHex("authorization", a)
+	sum := i.keyedHashHex("authorization", a)
 	return string(sum[:]) == cred[1:]
 }
 
 // loadBinding reads the session's record and caches it; a binding of this
 // replica's that is due is extended on the way.
-func (h *Handler) loadBinding(sid []byte, prev binding, had bool, now time.Time) (binding, error) {
-	if now.UnixNano() < h.storeDownUntil.Load() {
+func (i *ident) loadBinding(sid []byte, prev binding, had bool, now time.Time) (binding, error) {
+	if now.UnixNano() < i.storeDownUntil.Load() {
 		return binding{}, taskstore.ErrUnavailable
 	}
-	ctx, cancel := context.WithTimeout(h.root, min(h.cfg.StoreTimeout, versionLookupTimeout))
+	ctx, cancel := context.WithTimeout(i.root, min(i.storeTimeout, versionLookupTimeout))
 	defer cancel()
-	key := h.f.SessionKey(sid)
-	rec, err := h.store.Session(ctx, key)
+	key := i.sessionKey(sid)
+	rec, err := i.store.Session(ctx, key)
 	b := binding{checked: now, refreshed: prev.refreshed, logID: prev.logID}
 	if b.logID == "" {
-		b.logID = h.hashShort(sid)
+		b.logID = i.hashShort(sid)
 	}
 	switch {
 	case errors.Is(err, taskstore.ErrNotFound):
@@ -197,18 +197,18 @@ func (h *Handler) loadBinding(sid []byte, prev binding, had bool, now time.Time)
 			b.cred = prev.cred
 		}
 	case err != nil:
-		h.storeDownUntil.Store(now.Add(storeRetryAfter).UnixNano())
-		h.log.Warn().Err(err).Msg("reading the session's owner failed")
+		i.storeDownUntil.Store(now.Add(storeRetryAfter).UnixNano())
+		i.log.Warn().Err(err).Msg("reading the session's owner failed")
 		return binding{}, err
 	default:
 		b.cred, b.closing = rec.Credential, rec.Closing
 	}
 	if b.cred != "" && !b.closing && now.Sub(b.refreshed) > sessionRefresh {
-		if err := h.store.BindSession(ctx, key, b.cred, sessionBindTTL); err == nil {
+		if err := i.store.BindSession(ctx, key, b.cred, sessionBindTTL); err == nil {
 			b.refreshed = now
 		}
 	}
-	h.bindings.put(string(sid), b)
+	i.bindings.put(string(sid), b)
 	return b, nil
 }
 
@@ -225,7 +225,7 @@ func (h *Handler) deleteSession(rc *fasthttp.RequestCtx, info *wire.Info) bool {
 	if len(rc.Request.Header.Peek(fasthttp.HeaderAuthorization)) == 0 {
 		// Without Authorization the session owns its tasks: nobody can
 		// read them once it ended, so they are cancelled, not kept.
-		owner, _ := h.owner(&rc.Request.Header)
+		owner, _ := h.id.owner(&rc.Request.Header)
 		h.eng.CancelOwnerTasks(owner, msgSessionEnded)
 		return false
 	}
@@ -236,19 +236,19 @@ func (h *Handler) deleteSession(rc *fasthttp.RequestCtx, info *wire.Info) bool {
 		wire.HTTPError(rc, fasthttp.StatusServiceUnavailable, nil, wire.CodeInternalError, wire.MsgStoreUnavailable)
 		return true
 	}
-	if b, ok := h.bindings.get(sid); ok || deferred {
+	if b, ok := h.id.bindings.get(sid); ok || deferred {
 		b.closing = deferred
 		if !deferred {
 			b = binding{} // the record is gone: read it again next time
 		}
 		b.checked = time.Now()
-		h.bindings.put(string(sid), b)
+		h.id.bindings.put(string(sid), b)
 	}
 	if !deferred {
 		return false
 	}
 	info.Outcome = "session_close_deferred"
-	h.log.Info().Str(wire.LogSession, h.hashShort(sid)).
+	h.log.Info().Str(wire.LogSession, h.id.hashShort(sid)).
 		Msg("session ended by the client; it stays open upstream until its running tasks end")
 	rc.SetStatusCode(fasthttp.StatusNoContent)
 	return true
@@ -259,18 +259,9 @@ func (h *Handler) deleteSession(rc *fasthttp.RequestCtx, info *wire.Info) bool {
 const msgSessionEnded = "cancelled: the client ended the MCP session that owned this task " +
 	"(without an Authorization header a task belongs to its session)"
 
-// closeUpstreamSession ends j's upstream session with a DELETE: j was the
-// last call running on a session its client had ended (the engine's
-// endSessionTask found that).
-func (h *Handler) closeUpstreamSession(j *wire.Job) {
-	var hdr fasthttp.RequestHeader
-	status, err := 0, j.Header(&hdr)
-	if err == nil {
-		status, err = h.up.Delete(&hdr, 10*time.Second)
-	}
-	if err != nil || status >= 300 && status != fasthttp.StatusNotFound {
-		j.Log.Warn().Err(err).Int(wire.LogStatus, status).Msg("ending the session upstream after its last task failed")
-		return
-	}
-	j.Log.Info().Msg("session ended upstream after its last running task")
+// clear forgets every cached binding.
+func (c *bindingCache) clear() {
+	c.mu.Lock()
+	c.cur, c.old = nil, nil
+	c.mu.Unlock()
 }

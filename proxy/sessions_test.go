@@ -59,7 +59,7 @@ func TestGetStreamQuestionAttributed(t *testing.T) {
 // client; the call's end ends it upstream.
 func TestSessionBindingAndDeferredClose(t *testing.T) {
 	e := newTaskEnv(t, "", Config{})
-	e.h.bindSession(&e.h.log, "sess-a", e.h.credential(requestHeader(alice)))
+	e.h.id.bindSession(&e.h.log, "sess-a", e.h.id.credential(requestHeader(alice)))
 	bob := identity{"Authorization": "Bearer bob-token", "Mcp-Session-Id": "sess-a"}
 	noAuth := identity{"Mcp-Session-Id": "sess-a"}
 	before := len(requestsOf(e.up))
@@ -140,7 +140,7 @@ func (e *taskEnv) httpDo(who identity, method string) int {
 func checkBound(t *testing.T, who identity) (*Handler, *fasthttp.RequestCtx) {
 	t.Helper()
 	e := newTaskEnv(t, "", Config{})
-	e.h.bindSession(&e.h.log, "sess-a", e.h.credential(requestHeader(alice)))
+	e.h.id.bindSession(&e.h.log, "sess-a", e.h.id.credential(requestHeader(alice)))
 	var rc fasthttp.RequestCtx
 	for k, v := range who {
 		rc.Request.Header.Set(k, v)
@@ -157,10 +157,10 @@ func TestSessionCheckAllocs(t *testing.T) {
 	h, rc := checkBound(t, alice)
 	sid := []byte("sess-a")
 	var info wire.Info
-	if !h.sessionAllowed(rc, &info, sid) {
+	if !h.id.sessionAllowed(rc, &info, sid) {
 		t.Fatalf("the owner's request refused")
 	}
-	if n := testing.AllocsPerRun(200, func() { h.sessionAllowed(rc, &info, sid) }); n != 0 {
+	if n := testing.AllocsPerRun(200, func() { h.id.sessionAllowed(rc, &info, sid) }); n != 0 {
 		t.Errorf("sessionAllowed allocates %v times per request, want 0", n)
 	}
 }
@@ -195,7 +195,7 @@ func BenchmarkSessionCheck(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = h.Close(context.Background()) })
-	h.bindSession(&h.log, "sess-a", h.credential(requestHeader(alice)))
+	h.id.bindSession(&h.log, "sess-a", h.id.credential(requestHeader(alice)))
 	var rc fasthttp.RequestCtx
 	for k, v := range alice {
 		rc.Request.Header.Set(k, v)
@@ -204,7 +204,7 @@ func BenchmarkSessionCheck(b *testing.B) {
 	var info wire.Info
 	b.ReportAllocs()
 	for b.Loop() {
-		if !h.sessionAllowed(&rc, &info, sid) {
+		if !h.id.sessionAllowed(&rc, &info, sid) {
 			b.Fatal("refused")
 		}
 	}
@@ -242,7 +242,7 @@ func TestRequestLogShowsHashedSession(t *testing.T) {
 			t.Fatalf("request %d: %d %s", i, resp.StatusCode(), resp.Body())
 		}
 	}
-	want := `"session":"` + tp.h.hashShort([]byte("sess-log-1")) + `"`
+	want := `"session":"` + tp.h.id.hashShort([]byte("sess-log-1")) + `"`
 	if n := strings.Count(logs.String(), want); n != 3 {
 		t.Errorf("%d request lines with %s; want 3:\n%s", n, want, logs.String())
 	}

@@ -906,7 +906,7 @@ defaults:
 // recovery with a clear statusMessage.
 func TestLeaseRecovery(t *testing.T) {
 	e := newTaskEnv(t, "", Config{Lease: 100 * time.Millisecond})
-	owner, _ := e.h.owner(headerOf(alice))
+	owner, _ := e.h.id.owner(headerOf(alice))
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	id, _ := taskstore.NewID()
 	if err := e.store.Create(context.Background(), &taskstore.Task{
@@ -940,7 +940,7 @@ func TestShutdownFailsRunningTasks(t *testing.T) {
 	if err := e.h.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	owner, _ := e.h.owner(headerOf(alice))
+	owner, _ := e.h.id.owner(headerOf(alice))
 	got, err := e.store.Get(context.Background(), owner, task.TaskID)
 	if err != nil || got.Status != taskstore.Failed || !strings.Contains(got.StatusMessage, "shut down") {
 		t.Errorf("after shutdown: %+v, %v; want failed with a shutdown message", got, err)
@@ -1075,7 +1075,7 @@ func TestCancelTaskOnAnotherReplica(t *testing.T) {
 	other := e.replica(Config{})
 	task := e.createTask(alice, "block", `{}`, `{}`)
 	pollUntil(t, 5*time.Second, func() bool { return e.up.toolCalls() == 1 }, "the upstream call")
-	owner, _ := e.h.owner(headerOf(alice))
+	owner, _ := e.h.id.owner(headerOf(alice))
 	ctx := context.Background()
 	if st, err := e.store.Get(ctx, owner, task.TaskID); err != nil || st.Era != "2025-11-25" {
 		t.Errorf("stored task = %+v, %v; want era 2025-11-25", st, err)

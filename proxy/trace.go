@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"context"
+
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -66,7 +68,7 @@ func (h *Handler) startSpan(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.
 		}
 		if sid := rc.Request.Header.Peek(wire.HeaderSessionID); len(sid) > 0 {
 			// The keyed hash logs show: a session id is a credential.
-			attrs = append(attrs, tracing.SessionID.String(h.hashShort(sid)))
+			attrs = append(attrs, tracing.SessionID.String(h.id.hashShort(sid)))
 		}
 		if v := rc.Request.Header.Peek(wire.HeaderProtocolVersion); len(v) > 0 {
 			attrs = append(attrs, tracing.ProtocolVersion.String(string(v)))
@@ -110,8 +112,8 @@ func endSpan(r *reqRecord) {
 
 // leaseLost records a task failed by lease recovery: its own span (the
 // call's trace died with the process that ran it) with a lease_lost event.
-func (h *Handler) leaseLost(t *taskstore.Task) {
-	_, span := h.tr.StartInternal(h.root, "taskgate lease recovery", tracing.TaskID.String(t.ID), tracing.ToolName.String(t.Tool))
+func leaseLost(tr *tracing.Tracer, root context.Context, t *taskstore.Task) {
+	_, span := tr.StartInternal(root, "taskgate lease recovery", tracing.TaskID.String(t.ID), tracing.ToolName.String(t.Tool))
 	span.AddEvent(tracing.EventLeaseLost, trace.WithAttributes(tracing.TaskID.String(t.ID),
 		attribute.String("taskgate.runner", t.Runner), tracing.TaskStatus.String(string(taskstore.Failed))))
 	span.SetStatus(codes.Error, "runner lost")

@@ -274,7 +274,7 @@ func TestTracingInputRequiredAndCancel(t *testing.T) {
 // with a lease_lost event naming the task.
 func TestTracingLeaseLost(t *testing.T) {
 	e, exp, _ := newTracedEnvCfg(t, Config{Lease: 100 * time.Millisecond})
-	owner, _ := e.h.owner(headerOf(alice))
+	owner, _ := e.h.id.owner(headerOf(alice))
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	id, _ := taskstore.NewID()
 	if err := e.store.Create(context.Background(), &taskstore.Task{

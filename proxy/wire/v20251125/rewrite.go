@@ -93,11 +93,3 @@ func (w *Wire) toolsList(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Env
 func (w *Wire) taskSupport(tool string) string {
 	return string(w.Policy().For(tool).TaskSupport)
 }
-
-// tasksActive reports whether the request belongs to a session that
-// negotiated 2025-11-25 with the client (natively or bridged): only such
-// sessions have tasks (Q-12, L-05). Others are served as if taskgate were
-// not there (T-11).
-func tasksActive(hdr *fasthttp.RequestHeader) bool {
-	return string(hdr.Peek(wire.HeaderProtocolVersion)) == capability.ProtocolVersion
-}
