@@ -3,16 +3,17 @@ package proxy
 import (
 	"github.com/taskgate/taskgate/proxy/wire"
 	v20251125 "github.com/taskgate/taskgate/proxy/wire/v20251125"
+	"github.com/taskgate/taskgate/proxy/wire/v20260728"
 )
 
 // newEras returns the wire eras this front serves, in the order they are
 // asked to serve a request: an era that recognises its own requests by
 // what they carry comes before the era that serves everything else. A new
 // revision is one package (see package wire) and one line here.
-func newEras(h *Handler) []wire.Era {
+func newEras(f *wire.Front) []wire.Era {
 	return []wire.Era{
-		newEra2026(h),      // MCP 2026-07-28
-		v20251125.New(h.f), // MCP 2025-11-25 and older clients
+		v20260728.New(f), // MCP 2026-07-28
+		v20251125.New(f), // MCP 2025-11-25 and older clients
 	}
 }
 

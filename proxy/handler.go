@@ -204,7 +204,6 @@ type Handler struct {
 	root context.Context
 	// tr makes the spans; nil when tracing is off (trace.go).
 	tr *tracing.Tracer
-	bg sync.WaitGroup // housekeeping loops of the 2026 wire (its reaper, its listeners)
 }
 
 // SetPolicy replaces the policy for requests that start from now on;
@@ -299,7 +298,7 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 	h.root = h.eng.Root()
 	h.f.Eng, h.f.Root = h.eng, h.root
 	h.id.root, h.bridge.root, h.bridge.native = h.root, h.root, &h.f.Native
-	h.eras = newEras(h)
+	h.eras = newEras(h.f)
 	return h, nil
 }
 
@@ -529,7 +528,7 @@ func (h *Handler) logRequest(r *reqRecord, dur time.Duration) {
 	if !e.Enabled() {
 		return
 	}
-	e = e.Uint64(logReqID, r.id).
+	e = e.Uint64(wire.LogReqID, r.id).
 		Str(logHTTPMethod, r.httpMethod).
 		Int(wire.LogStatus, status).
 		Str(logOutcome, r.outcome).
@@ -558,7 +557,6 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // Log field names (each used once per line: zerolog keeps duplicates).
 const (
-	logReqID      = "req_id"
 	logHTTPMethod = "http_method"
 	logOutcome    = "outcome"
 	logDuration   = "dur_ms"  // until the answer ended (streams: its last byte)

@@ -85,6 +85,6 @@ func (o *ownedStream) Close() error {
 func (h *Handler) upstreamFailed(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, err error) {
 	status, msg := upstream.StatusFor(err)
 	info.Outcome = "upstream_unreachable"
-	h.f.LogOf(info).Warn().Uint64(logReqID, rc.ID()).Str(wire.LogRPCMethod, info.Method).Err(err).Msg("upstream request failed")
+	h.f.LogOf(info).Warn().Uint64(wire.LogReqID, rc.ID()).Str(wire.LogRPCMethod, info.Method).Err(err).Msg("upstream request failed")
 	wire.HTTPError(rc, status, id, wire.CodeInternalError, msg)
 }

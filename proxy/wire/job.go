@@ -112,6 +112,7 @@ func CallContext(ej *engine.Job, ctx context.Context) context.Context {
 
 // Log field names (each used once per line: zerolog keeps duplicates).
 const (
+	LogReqID     = "req_id"
 	LogStatus    = "status"
 	LogRPCMethod = "rpc_method"
 	LogSession   = "session"

@@ -1,4 +1,4 @@
-// Package wire2026 renders taskgate's tasks on the wire of MCP 2026-07-28,
+// Package schema renders taskgate's tasks on the wire of MCP 2026-07-28,
 // where tasks are the extension "io.modelcontextprotocol/tasks": the flat
 // CreateTaskResult with resultType "task", tasks/get answering a
 // DetailedTask with the result or error inline, empty acknowledgements for
@@ -8,7 +8,7 @@
 // Requests of that revision carry no session: each names its protocol
 // version and its client's capabilities in params._meta, and a client opts
 // into tasks per request by declaring the extension there.
-package wire2026
+package schema
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package proxy
+package v20260728
 
 import (
 	"bufio"
@@ -20,7 +20,7 @@ import (
 	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/proxy/upstream"
 	"github.com/taskgate/taskgate/proxy/wire"
-	"github.com/taskgate/taskgate/proxy/wire2026"
+	"github.com/taskgate/taskgate/proxy/wire/v20260728/schema"
 )
 
 // The upstream side of the 2026 wire. An upstream of the 2026 era (it
@@ -42,7 +42,7 @@ const eraProbeRetry = 2 * time.Second
 // the first time: a 2026 upstream answers it with a DiscoverResult that
 // lists 2026-07-28, a 2025 one refuses it. native reports a 2026 upstream
 // that offers the tasks extension itself.
-func (w *modernWire) upstreamEra() (era int, native bool, err error) {
+func (w *Wire) upstreamEra() (era int, native bool, err error) {
 	w.mu.Lock()
 	era, native = w.era, w.native
 	wait := time.Until(w.probeAfter)
@@ -53,15 +53,14 @@ func (w *modernWire) upstreamEra() (era int, native bool, err error) {
 	if wait > 0 {
 		return 0, false, errors.New("probing the upstream's protocol era failed a moment ago")
 	}
-	h := w.h
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	w.newUpstreamRequest(req, nil)
-	req.Header.Set(wire.HeaderProtocolVersion, wire2026.ProtocolVersion)
-	req.Header.Set(wire2026.HeaderMethod, wire.MethodDiscover)
+	req.Header.Set(wire.HeaderProtocolVersion, schema.ProtocolVersion)
+	req.Header.Set(schema.HeaderMethod, wire.MethodDiscover)
 	req.SetBodyString(`{"jsonrpc":"2.0","id":"taskgate-probe","method":"server/discover","params":{"_meta":{"` +
-		wire2026.MetaProtocolVersion + `":"` + wire2026.ProtocolVersion + `","` + wire2026.MetaClientCapabilities + `":{}}}}`)
-	ctx, cancel := context.WithTimeout(h.root, 10*time.Second)
+		schema.MetaProtocolVersion + `":"` + schema.ProtocolVersion + `","` + schema.MetaClientCapabilities + `":{}}}}`)
+	ctx, cancel := context.WithTimeout(w.Root, 10*time.Second)
 	defer cancel()
 	status, msg, _, err := w.exchange(ctx, req, nil)
 	if err != nil {
@@ -73,7 +72,7 @@ func (w *modernWire) upstreamEra() (era int, native bool, err error) {
 	era = era2025
 	if status == fasthttp.StatusOK {
 		if res, ok := resultOf(msg); ok {
-			if vals, err := jsonx.Members(res, "supportedVersions"); err == nil && bytes.Contains(vals[0], []byte(`"`+wire2026.ProtocolVersion+`"`)) {
+			if vals, err := jsonx.Members(res, "supportedVersions"); err == nil && bytes.Contains(vals[0], []byte(`"`+schema.ProtocolVersion+`"`)) {
 				era = era2026
 				_, native, _ = capability.RewriteDiscover(msg)
 			}
@@ -82,7 +81,7 @@ func (w *modernWire) upstreamEra() (era int, native bool, err error) {
 	w.mu.Lock()
 	w.era, w.native = era, native
 	w.mu.Unlock()
-	h.log.Info().Int("upstream_era", era).Bool("upstream_tasks_extension", native).Msg("2026-07-28 client: upstream era probed")
+	w.Log.Info().Int("upstream_era", era).Bool("upstream_tasks_extension", native).Msg("2026-07-28 client: upstream era probed")
 	return era, native, nil
 }
 
@@ -98,8 +97,8 @@ func resultOf(msg []byte) ([]byte, bool) {
 // newUpstreamRequest makes req a POST to the upstream's MCP endpoint with
 // the client's headers (from hdr, when given: Authorization, Host, ...)
 // and taskgate's own Content-Type and Accept (upstream.Client.NewRequest).
-func (w *modernWire) newUpstreamRequest(req *fasthttp.Request, hdr *fasthttp.RequestHeader) {
-	w.h.up.NewRequest(req, hdr)
+func (w *Wire) newUpstreamRequest(req *fasthttp.Request, hdr *fasthttp.RequestHeader) {
+	w.Up.NewRequest(req, hdr)
 }
 
 // exchange sends req on a background connection and returns the HTTP
@@ -107,7 +106,7 @@ func (w *modernWire) newUpstreamRequest(req *fasthttp.Request, hdr *fasthttp.Req
 // response's Mcp-Session-Id. Requests the upstream sends meanwhile are
 // answered through answerTo (nil: not answered): ping with an empty
 // result, others with an error.
-func (w *modernWire) exchange(ctx context.Context, req *fasthttp.Request, answerTo *fasthttp.RequestHeader) (status int, msg []byte, sid string, err error) {
+func (w *Wire) exchange(ctx context.Context, req *fasthttp.Request, answerTo *fasthttp.RequestHeader) (status int, msg []byte, sid string, err error) {
 	return w.exchangeRelay(ctx, req, answerTo, nil, nil, nil)
 }
 
@@ -116,9 +115,8 @@ func (w *modernWire) exchange(ctx context.Context, req *fasthttp.Request, answer
 // and returns a *missingCapability naming it; and relay (when not nil)
 // gets, as they arrive, the progress notifications for token and the log
 // messages at m's logLevel or above (M-32).
-func (w *modernWire) exchangeRelay(ctx context.Context, req *fasthttp.Request, answerTo *fasthttp.RequestHeader, m *modernMeta, token []byte, relay func([]byte)) (status int, msg []byte, sid string, err error) {
-	h := w.h
-	x, err := h.up.RoundTrip(ctx, req)
+func (w *Wire) exchangeRelay(ctx context.Context, req *fasthttp.Request, answerTo *fasthttp.RequestHeader, m *reqMeta, token []byte, relay func([]byte)) (status int, msg []byte, sid string, err error) {
+	x, err := w.Up.RoundTrip(ctx, req)
 	if err != nil {
 		return 0, nil, "", err
 	}
@@ -130,11 +128,11 @@ func (w *modernWire) exchangeRelay(ctx context.Context, req *fasthttp.Request, a
 		body = bytes.NewReader(x.Resp.Body())
 	}
 	if !wire.IsEventStream(x.Resp.Header.ContentType()) {
-		msg, err = wire.ReadAllLimit(body, h.cfg.MaxResultSize)
+		msg, err = wire.ReadAllLimit(body, w.Config.MaxResultSize)
 		x.SetReusable(err == nil)
 		return status, msg, sid, err
 	}
-	r := sse.NewReader(body, h.cfg.MaxResultSize)
+	r := sse.NewReader(body, w.Config.MaxResultSize)
 	for {
 		ev, err := r.Next()
 		if ev != nil && len(ev.Data) > 0 {
@@ -164,7 +162,7 @@ func (w *modernWire) exchangeRelay(ctx context.Context, req *fasthttp.Request, a
 					ans = wire.AppendResult(nil, env.ID, []byte("{}"))
 				} else {
 					ans = wire.AppendError(nil, env.ID, wire.CodeMethodNotFound, "taskgate: "+env.Method+
-						" cannot reach a client of protocol version "+wire2026.ProtocolVersion+" outside a task")
+						" cannot reach a client of protocol version "+schema.ProtocolVersion+" outside a task")
 				}
 				w.postWith(answerTo, ans)
 			}
@@ -201,7 +199,7 @@ func inputCapability(method string) string {
 }
 
 // declares reports whether m declares the client capability named cap.
-func (m *modernMeta) declares(cap string) bool {
+func (m *reqMeta) declares(cap string) bool {
 	switch cap {
 	case "elicitation":
 		return m.elicitation
@@ -223,15 +221,15 @@ func appendCancelled(dst, id []byte, reason string) []byte {
 }
 
 // postWith posts body upstream with the headers hdr and discards the answer.
-func (w *modernWire) postWith(hdr *fasthttp.RequestHeader, body []byte) {
-	_, _ = w.h.up.Post(hdr, body, 10*time.Second)
+func (w *Wire) postWith(hdr *fasthttp.RequestHeader, body []byte) {
+	_, _ = w.Up.Post(hdr, body, 10*time.Second)
 }
 
 // prepareCall fills req (headers only) for a task's upstream call: for a
 // 2026 upstream the client's headers; for a 2025 upstream those of the
 // owner's upstream session (a session of its own for a caller without
 // credentials), which mj holds until the call ends.
-func (w *modernWire) prepareCall(rc *fasthttp.RequestCtx, req *fasthttp.Request, era int, mj *modernJob) error {
+func (w *Wire) prepareCall(rc *fasthttp.RequestCtx, req *fasthttp.Request, era int, mj *callState) error {
 	w.newUpstreamRequest(req, &rc.Request.Header)
 	if era == era2026 {
 		return nil
@@ -246,7 +244,7 @@ func (w *modernWire) prepareCall(rc *fasthttp.RequestCtx, req *fasthttp.Request,
 }
 
 // plainCall forwards a 2026 tools/call that does not become a task.
-func (w *modernWire) plainCall(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, m *modernMeta, era int) {
+func (w *Wire) plainCall(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, m *reqMeta, era int) {
 	params, err := jsonx.DeleteMember(env.Params, "task")
 	if err != nil {
 		w.fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: invalid tools/call params: "+err.Error(), nil)
@@ -261,16 +259,16 @@ func (w *modernWire) plainCall(rc *fasthttp.RequestCtx, info *wire.Info, env *wi
 			}
 			rc.Request.SetBody(body)
 		}
-		w.h.pass(rc, info, env.ID)
+		w.Pass(rc, info, env.ID)
 		return
 	}
 	w.bridge(rc, info, env, m, params)
 }
 
 // forward serves a 2026 request that taskgate does not answer itself.
-func (w *modernWire) forward(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, m *modernMeta, era int) {
+func (w *Wire) forward(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, m *reqMeta, era int) {
 	if era == era2026 {
-		w.h.pass(rc, info, env.ID)
+		w.Pass(rc, info, env.ID)
 		return
 	}
 	if !env.IsRequest() {
@@ -284,16 +282,15 @@ func (w *modernWire) forward(rc *fasthttp.RequestCtx, info *wire.Info, env *wire
 // discover answers server/discover: a 2026 upstream's own answer with the
 // tasks extension added, or for a 2025 upstream one made from the result of
 // its initialize.
-func (w *modernWire) discover(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, era int) {
-	h := w.h
+func (w *Wire) discover(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, era int) {
 	if !env.IsRequest() {
 		w.fail(rc, info, nil, 400, wire.CodeInvalidRequest, "taskgate: server/discover must be a request with an id", nil)
 		return
 	}
 	id := append([]byte(nil), env.ID...)
-	log := h.f.LogOf(info) // not info: the rewrite may run after the handler returned
+	log := w.LogOf(info) // not info: the rewrite may run after the handler returned
 	if era == era2026 {
-		h.forwardRewriting(rc, info, id, func(*fasthttp.Response) rewriteFunc {
+		w.Forward(rc, info, id, func(*fasthttp.Response) func(msg []byte) []byte {
 			return func(msg []byte) []byte {
 				out, _, err := capability.RewriteDiscover(msg)
 				if err != nil {
@@ -307,11 +304,11 @@ func (w *modernWire) discover(rc *fasthttp.RequestCtx, info *wire.Info, env *wir
 	}
 	s, err := w.session(&rc.Request.Header)
 	if err != nil {
-		h.upstreamFailed(rc, info, id, err)
+		w.UpstreamFailed(rc, info, id, err)
 		return
 	}
 	defer s.done()
-	res, err := capability.DiscoverFromInitialize(s.init, wire2026.SupportedVersions)
+	res, err := capability.DiscoverFromInitialize(s.init, schema.SupportedVersions)
 	if err != nil {
 		wire.RPCError(rc, info, id, wire.NewError(wire.CodeInternalError, "taskgate: the upstream's initialize result is malformed"))
 		return
@@ -326,7 +323,7 @@ func (w *modernWire) discover(rc *fasthttp.RequestCtx, info *wire.Info, env *wir
 // messages at that level or above on its own response, before the result,
 // as a 2026 server sends them: as they come, on an SSE stream (see
 // bridgeStream).
-func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, m *modernMeta, params []byte) {
+func (w *Wire) bridge(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, m *reqMeta, params []byte) {
 	id := append([]byte(nil), env.ID...)
 	var token []byte
 	if params != nil {
@@ -335,7 +332,7 @@ func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.
 			w.fail(rc, info, id, 400, wire.CodeInvalidParams, "taskgate: invalid params._meta: "+err.Error(), nil)
 			return
 		}
-		if params, err = stripModernMeta(params); err != nil {
+		if params, err = strip2026Meta(params); err != nil {
 			w.fail(rc, info, id, 400, wire.CodeInvalidParams, "taskgate: invalid params: "+err.Error(), nil)
 			return
 		}
@@ -354,7 +351,7 @@ func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.
 		w.bridgeStream(rc, info, env.Method, id, body, m, token)
 		return
 	}
-	ctx, cancel := context.WithTimeout(w.h.root, bridgeDeadline)
+	ctx, cancel := context.WithTimeout(w.Root, bridgeDeadline)
 	defer cancel()
 	w.answerBridged(rc, info, w.bridgeExchange(ctx, &rc.Request.Header, env.Method, id, body, m, nil, nil))
 }
@@ -370,9 +367,9 @@ type bridgeAnswer struct {
 }
 
 // answerBridged writes a as the whole answer.
-func (w *modernWire) answerBridged(rc *fasthttp.RequestCtx, info *wire.Info, a bridgeAnswer) {
+func (w *Wire) answerBridged(rc *fasthttp.RequestCtx, info *wire.Info, a bridgeAnswer) {
 	if a.err != nil {
-		w.h.log.Warn().Uint64(logReqID, rc.ID()).Str(wire.LogRPCMethod, info.Method).Err(a.err).Msg("upstream request failed")
+		w.Log.Warn().Uint64(wire.LogReqID, rc.ID()).Str(wire.LogRPCMethod, info.Method).Err(a.err).Msg("upstream request failed")
 	}
 	if a.outcome != "" {
 		info.Outcome = a.outcome
@@ -390,12 +387,11 @@ func (w *modernWire) answerBridged(rc *fasthttp.RequestCtx, info *wire.Info, a b
 // each notification as it comes and then the response. A client that
 // closes the stream cancels the request: the upstream gets
 // notifications/cancelled.
-func (w *modernWire) bridgeStream(rc *fasthttp.RequestCtx, info *wire.Info, method string, id, body []byte, m *modernMeta, token []byte) {
-	h := w.h
+func (w *Wire) bridgeStream(rc *fasthttp.RequestCtx, info *wire.Info, method string, id, body []byte, m *reqMeta, token []byte) {
 	hdr := new(fasthttp.RequestHeader)
 	rc.Request.Header.CopyTo(hdr)
 	meta := *m
-	ctx, cancel := context.WithTimeout(h.root, bridgeDeadline)
+	ctx, cancel := context.WithTimeout(w.Root, bridgeDeadline)
 	notes := make(chan []byte, 64)
 	done := make(chan bridgeAnswer, 1)
 	relay := func(n []byte) {
@@ -437,13 +433,13 @@ func (w *modernWire) bridgeStream(rc *fasthttp.RequestCtx, info *wire.Info, meth
 	// The writer runs after the handler returned: it uses first, the
 	// channels and conn (to see the client leave), never rc.
 	conn := rc.Conn()
-	se := h.beginStream(info)
-	h.eng.Enter()
+	se := w.BeginStream(info)
+	w.Eng.Enter()
 	rc.SetBodyStreamWriter(func(bw *bufio.Writer) {
-		defer h.eng.Leave()
+		defer w.Eng.Leave()
 		defer cancel()
 		outcome := ""
-		defer func() { se.end(outcome) }()
+		defer func() { se.End(outcome) }()
 		stop := sysconn.WatchClose(conn, cancel)
 		defer stop()
 		gone := false
@@ -480,8 +476,7 @@ func (w *modernWire) bridgeStream(rc *fasthttp.RequestCtx, info *wire.Info, meth
 // in the session of the caller with the headers hdr and returns the answer
 // in 2026 form. relay, when given, gets the notifications the request
 // asked for (its progress, its log messages) as they arrive.
-func (w *modernWire) bridgeExchange(ctx context.Context, hdr *fasthttp.RequestHeader, method string, id, body []byte, m *modernMeta, token []byte, relay func([]byte)) bridgeAnswer {
-	h := w.h
+func (w *Wire) bridgeExchange(ctx context.Context, hdr *fasthttp.RequestHeader, method string, id, body []byte, m *reqMeta, token []byte, relay func([]byte)) bridgeAnswer {
 	start := time.Now()
 	var status int
 	var msg []byte
@@ -503,7 +498,7 @@ func (w *modernWire) bridgeExchange(ctx context.Context, hdr *fasthttp.RequestHe
 			// declare: the upstream drops it, the client learns what
 			// to declare (M-31).
 			w.postWith(&req.Header, appendCancelled(nil, id, "the client did not declare "+mc.capability))
-		case err != nil && ctx.Err() != nil && h.root.Err() == nil:
+		case err != nil && ctx.Err() != nil && w.Root.Err() == nil:
 			// The client left (or the deadline passed): the upstream
 			// stops working on the request.
 			w.postWith(&req.Header, appendCancelled(nil, id, "the client closed the request"))
@@ -518,10 +513,10 @@ func (w *modernWire) bridgeExchange(ctx context.Context, hdr *fasthttp.RequestHe
 		}
 		break
 	}
-	h.m.observeUpstream(method, time.Since(start))
+	w.ObserveUpstream(method, time.Since(start))
 	if mc := (*missingCapability)(nil); errors.As(err, &mc) {
 		return bridgeAnswer{status: fasthttp.StatusBadRequest, outcome: "missing_capability",
-			msg: wire.AppendErrorData(nil, id, wire2026.CodeMissingCapability, "taskgate: "+mc.Error(),
+			msg: wire.AppendErrorData(nil, id, schema.CodeMissingCapability, "taskgate: "+mc.Error(),
 				[]byte(`{"requiredCapabilities":{"`+mc.capability+`":{}}}`))}
 	}
 	if err != nil {
@@ -533,7 +528,7 @@ func (w *modernWire) bridgeExchange(ctx context.Context, hdr *fasthttp.RequestHe
 	// status; an unknown method is HTTP 404 on the 2026 wire (M-30).
 	answered := isErrorResponse(msg)
 	if (status < 200 || status > 299 || len(msg) == 0) && !answered {
-		if status >= 400 && status <= 499 && !modernMethod(method) {
+		if status >= 400 && status <= 499 && !methodAt2026(method) {
 			// A method neither revision defines, refused by the
 			// upstream without a JSON-RPC answer (a 2025 server may
 			// answer HTTP 400 and plain text).
@@ -547,13 +542,13 @@ func (w *modernWire) bridgeExchange(ctx context.Context, hdr *fasthttp.RequestHe
 		if res, missing, ok := urlElicitationAnswer(vals[0], m); ok {
 			if missing != nil {
 				return bridgeAnswer{status: fasthttp.StatusBadRequest, outcome: "rpc_error",
-					msg: wire.AppendErrorData(nil, id, wire2026.CodeMissingCapability,
+					msg: wire.AppendErrorData(nil, id, schema.CodeMissingCapability,
 						"taskgate: the upstream needs a URL elicitation, which the request did not declare", missing)}
 			}
 			return bridgeAnswer{status: fasthttp.StatusOK, outcome: "input_required", msg: wire.AppendResult(nil, id, res)}
 		}
 	}
-	out, err := capability.ModernResult(modernErrorCode(msg), method == wire.MethodToolsList)
+	out, err := capability.ModernResult(mapErrorCode(msg), method == wire.MethodToolsList)
 	if err != nil {
 		out = msg
 	}
@@ -637,7 +632,7 @@ func cacheableMethod(method string) bool {
 // requests without credentials (private), each closed when released. It
 // is safe for concurrent use.
 type bridgeSessions struct {
-	w    *modernWire
+	w    *Wire
 	mu   sync.Mutex
 	m    map[string]*bridgeSession
 	max  int
@@ -655,8 +650,8 @@ type bridgeSessions struct {
 // credentials must never meet upstream state another request created, and
 // on the 2026 wire, which has no sessions, nothing else tells two such
 // requests apart (see anonymous.md).
-func (w *modernWire) session(hdr *fasthttp.RequestHeader) (*bridgeSession, error) {
-	owner, identified := w.h.id.owner(hdr)
+func (w *Wire) session(hdr *fasthttp.RequestHeader) (*bridgeSession, error) {
+	owner, identified := w.Owner(hdr)
 	if !identified {
 		return w.sessions.private(hdr)
 	}
@@ -679,7 +674,7 @@ type bridgeSession struct {
 	last    atomic.Int64 // unix ns of the last release
 }
 
-func (b *bridgeSessions) init(w *modernWire, max int, idle time.Duration) {
+func (b *bridgeSessions) init(w *Wire, max int, idle time.Duration) {
 	b.w, b.max, b.idle, b.m = w, max, idle, make(map[string]*bridgeSession)
 }
 
@@ -687,8 +682,8 @@ func (b *bridgeSessions) init(w *modernWire, max int, idle time.Duration) {
 func (s *bridgeSession) apply(hdr *fasthttp.RequestHeader) {
 	hdr.Set(wire.HeaderSessionID, s.sid)
 	hdr.Set(wire.HeaderProtocolVersion, s.version)
-	hdr.Del(wire2026.HeaderMethod)
-	hdr.Del(wire2026.HeaderName)
+	hdr.Del(schema.HeaderMethod)
+	hdr.Del(schema.HeaderName)
 }
 
 // done releases a session taken with get or private. A private session is
@@ -836,14 +831,14 @@ const bridgeCapabilities = `{"elicitation":{"form":{},"url":{}},"sampling":{},"r
 // open initialises s: initialize, then notifications/initialized.
 func (b *bridgeSessions) open(s *bridgeSession, hdr *fasthttp.RequestHeader) error {
 	w := b.w
-	ctx, cancel := context.WithTimeout(w.h.root, 30*time.Second)
+	ctx, cancel := context.WithTimeout(w.Root, 30*time.Second)
 	defer cancel()
 	req := fasthttp.AcquireRequest()
 	defer fasthttp.ReleaseRequest(req)
 	w.newUpstreamRequest(req, hdr)
 	req.Header.Del(wire.HeaderProtocolVersion)
-	req.Header.Del(wire2026.HeaderMethod)
-	req.Header.Del(wire2026.HeaderName)
+	req.Header.Del(schema.HeaderMethod)
+	req.Header.Del(schema.HeaderName)
 	req.SetBodyString(`{"jsonrpc":"2.0","id":"taskgate-bridge-init","method":"initialize","params":{"protocolVersion":"` +
 		capability.ProtocolVersion + `","capabilities":` + bridgeCapabilities +
 		`,"clientInfo":{"name":"taskgate-bridge","version":"1"}}}`)
@@ -874,9 +869,9 @@ func (b *bridgeSessions) open(s *bridgeSession, hdr *fasthttp.RequestHeader) err
 		w.postWith(&req.Header, []byte(`{"jsonrpc":"2.0","id":"taskgate-bridge-loglevel","method":"logging/setLevel","params":{"level":"debug"}}`))
 	}
 	if s.pool == nil {
-		w.h.log.Info().Str(wire.LogOwner, s.owner).Str("upstream_version", s.version).Msg("upstream session opened for 2026-07-28 clients")
+		w.Log.Info().Str(wire.LogOwner, s.owner).Str("upstream_version", s.version).Msg("upstream session opened for 2026-07-28 clients")
 	} else {
-		w.h.log.Debug().Str("upstream_version", s.version).Msg("upstream session opened for one 2026-07-28 request without credentials")
+		w.Log.Debug().Str("upstream_version", s.version).Msg("upstream session opened for one 2026-07-28 request without credentials")
 	}
 	return nil
 }
@@ -887,17 +882,17 @@ func (b *bridgeSessions) close(s *bridgeSession) {
 	if s.sid == "" {
 		return
 	}
-	_ = b.w.h.up.DeleteSession(s.sid, s.version, 5*time.Second)
+	_ = b.w.Up.DeleteSession(s.sid, s.version, 5*time.Second)
 }
 
 // reapLoop closes idle bridge sessions until the handler stops, then all.
-func (w *modernWire) reapLoop() {
-	defer w.h.bg.Done()
+func (w *Wire) reapLoop() {
+	defer w.bg.Done()
 	t := time.NewTicker(30 * time.Second)
 	defer t.Stop()
 	for {
 		select {
-		case <-w.h.root.Done():
+		case <-w.Root.Done():
 			w.sessions.closeAll()
 			return
 		case now := <-t.C:
@@ -906,12 +901,12 @@ func (w *modernWire) reapLoop() {
 	}
 }
 
-// modernErrorCode rewrites the error codes of the 2025 era that the 2026
+// mapErrorCode rewrites the error codes of the 2025 era that the 2026
 // wire does not have: -32002 (resource not found) becomes -32602, and
 // -32042 (URL elicitation required, which a 2026 client receives as an
 // input request instead) becomes -32603 with the upstream's message. Other
 // messages are returned as they are.
-func modernErrorCode(msg []byte) []byte {
+func mapErrorCode(msg []byte) []byte {
 	vals, err := jsonx.Members(msg, "error")
 	if err != nil || !isObject(vals[0]) {
 		return msg

@@ -1,4 +1,4 @@
-package proxy
+package v20260728
 
 import "testing"
 
@@ -15,16 +15,16 @@ func TestURLElicitationMapping(t *testing.T) {
 	if !ok || string(reqs) != want {
 		t.Errorf("urlElicitationRequests = %s, %v; want %s", reqs, ok, want)
 	}
-	if got := string(modernTaskError(e)); got != `{"code":-32603,"message":"URL elicitation required","data":{"elicitations":[`+
+	if got := string(failedTaskError(e)); got != `{"code":-32603,"message":"URL elicitation required","data":{"elicitations":[`+
 		`{"mode":"url","message":"Sign in","url":"https://a.example/x","elicitationId":"e1"},`+
 		`{"mode":"url","message":"Pay","url":"https://b.example/y","elicitationId":"e2"}]}}` {
-		t.Errorf("modernTaskError = %s", got)
+		t.Errorf("failedTaskError = %s", got)
 	}
 	other := []byte(`{"code":-32603,"message":"boom"}`)
-	if _, ok := urlElicitationRequests(other); ok || string(modernTaskError(other)) != string(other) {
+	if _, ok := urlElicitationRequests(other); ok || string(failedTaskError(other)) != string(other) {
 		t.Errorf("a -32603 error was rewritten")
 	}
-	if res, missing, ok := urlElicitationAnswer(e, &modernMeta{}); !ok || res != nil ||
+	if res, missing, ok := urlElicitationAnswer(e, &reqMeta{}); !ok || res != nil ||
 		string(missing) != `{"requiredCapabilities":{"elicitation":{"url":{}}}}` {
 		t.Errorf("without elicitation: %s %s %v", res, missing, ok)
 	}

@@ -1,4 +1,4 @@
-package proxy
+package v20260728
 
 import (
 	"encoding/json"
@@ -6,7 +6,7 @@ import (
 
 	"github.com/taskgate/taskgate/capability/jsonx"
 	"github.com/taskgate/taskgate/proxy/wire"
-	"github.com/taskgate/taskgate/proxy/wire2026"
+	"github.com/taskgate/taskgate/proxy/wire/v20260728/schema"
 )
 
 // The 2025 error -32042 (URL elicitation required) does not exist at
@@ -67,7 +67,7 @@ func urlElicitationRequests(errObj []byte) ([]byte, bool) {
 // 2026 call: the InputRequiredResult asking for the URLs (a result), or
 // for a request without elicitation the -32021 error that names it. ok is
 // false when errObj is not a -32042 with URLs.
-func urlElicitationAnswer(errObj []byte, m *modernMeta) (result, missingData []byte, ok bool) {
+func urlElicitationAnswer(errObj []byte, m *reqMeta) (result, missingData []byte, ok bool) {
 	reqs, ok := urlElicitationRequests(errObj)
 	if !ok {
 		return nil, nil, false
@@ -75,13 +75,13 @@ func urlElicitationAnswer(errObj []byte, m *modernMeta) (result, missingData []b
 	if m == nil || !m.elicitation {
 		return nil, []byte(`{"requiredCapabilities":{"elicitation":{"url":{}}}}`), true
 	}
-	return wire2026.AppendInputRequired(nil, reqs, ""), nil, true
+	return schema.AppendInputRequired(nil, reqs, ""), nil, true
 }
 
-// modernTaskError is the error object a failed task shows on the 2026
+// failedTaskError is the error object a failed task shows on the 2026
 // wire: the upstream's, except that -32042 becomes -32603 with the same
 // message and data.
-func modernTaskError(errObj []byte) []byte {
+func failedTaskError(errObj []byte) []byte {
 	if errorCodeOf([]byte(`{"error":`+string(errObj)+`}`)) != codeURLElicitationRequired {
 		return errObj
 	}

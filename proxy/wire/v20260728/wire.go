@@ -1,4 +1,4 @@
-package proxy
+package v20260728
 
 import (
 	"bytes"
@@ -12,10 +12,10 @@ import (
 	"github.com/taskgate/taskgate/capability/jsonx"
 	"github.com/taskgate/taskgate/policy"
 	"github.com/taskgate/taskgate/proxy/wire"
-	"github.com/taskgate/taskgate/proxy/wire2026"
+	"github.com/taskgate/taskgate/proxy/wire/v20260728/schema"
 )
 
-// The MCP 2026-07-28 wire (package wire2026 renders it). Requests of that
+// The MCP 2026-07-28 wire (package schema renders it). Requests of that
 // revision carry no session; each names its protocol version and its
 // client's capabilities in params._meta. taskgate tells the eras apart per
 // request, in this order:
@@ -42,9 +42,12 @@ import (
 // isError true reads as failed on the 2025 wire and as completed on this
 // one.
 
-// modernWire serves the 2026 wire of one Handler.
-type modernWire struct {
-	h *Handler
+// Wire serves the 2026-07-28 wire for one front. It is safe for concurrent
+// use.
+type Wire struct {
+	*wire.Front
+	// bg holds the era's housekeeping goroutines (the reaper, the listeners).
+	bg sync.WaitGroup
 	// window is how long a task-eligible call may run before it becomes a
 	// task: a call that ends sooner is answered plainly, and one whose
 	// upstream asks the client something sooner gets an
@@ -65,20 +68,20 @@ const (
 	era2026 = 2026
 )
 
-// defaultPromoteWindow is modernWire.window unless Config.PromoteWindow.
+// defaultPromoteWindow is Wire.window unless Config.PromoteWindow.
 const defaultPromoteWindow = 250 * time.Millisecond
 
-func newModernWire(h *Handler) *modernWire {
-	w := &modernWire{h: h, window: defaultPromoteWindow}
-	if h.cfg.PromoteWindow > 0 {
-		w.window = h.cfg.PromoteWindow
+func newWire(f *wire.Front) *Wire {
+	w := &Wire{Front: f, window: defaultPromoteWindow}
+	if f.Config.PromoteWindow > 0 {
+		w.window = f.Config.PromoteWindow
 	}
 	w.sessions.init(w, 1024, 5*time.Minute)
 	return w
 }
 
-// modernMeta is what a 2026 request's params._meta says.
-type modernMeta struct {
+// reqMeta is what a 2026 request's params._meta says.
+type reqMeta struct {
 	version string
 	hasCaps bool
 	// logLevel is the lowest level of log messages the request wants
@@ -88,12 +91,12 @@ type modernMeta struct {
 	tasks, elicitation, sampling, roots bool
 }
 
-var metaVersionKey = []byte(wire2026.MetaProtocolVersion)
+var metaVersionKey = []byte(schema.MetaProtocolVersion)
 
 // serve handles req if it is of the 2026 era and reports whether it did.
 // It must stay cheap for 2025 requests: they are told apart by a header
 // comparison and a substring search of params, without allocating.
-func (w *modernWire) serve(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope) bool {
+func (w *Wire) serve(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope) bool {
 	if !env.HasMethod() || (env.Spec != nil && false) {
 		return false
 	}
@@ -102,14 +105,14 @@ func (w *modernWire) serve(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.E
 		return false
 	}
 	hv := hdr.Peek(wire.HeaderProtocolVersion)
-	headerModern := len(hv) == len(wire2026.ProtocolVersion) && string(hv) >= wire2026.ProtocolVersion
-	metaModern := env.Params != nil && bytes.Contains(env.Params, metaVersionKey)
-	if !headerModern && !metaModern || env.Method == wire.MethodInitialize && !metaModern {
+	header2026 := len(hv) == len(schema.ProtocolVersion) && string(hv) >= schema.ProtocolVersion
+	meta2026 := env.Params != nil && bytes.Contains(env.Params, metaVersionKey)
+	if !header2026 && !meta2026 || env.Method == wire.MethodInitialize && !meta2026 {
 		// (An initialize is of the 2026 era only when its _meta says so,
 		// whatever its header.)
 		return false
 	}
-	m, err := parseModernMeta(env.Params)
+	m, err := parseMeta(env.Params)
 	switch {
 	case err != nil:
 		w.fail(rc, info, env.ID, 400, wire.CodeInvalidParams, "taskgate: invalid params._meta: "+err.Error(), nil)
@@ -118,40 +121,40 @@ func (w *modernWire) serve(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.E
 		return false // a notification: nothing to check
 	case m.version == "":
 		w.fail(rc, info, env.ID, 400, wire.CodeInvalidParams,
-			`taskgate: params._meta["`+wire2026.MetaProtocolVersion+`"] is required at protocol version `+string(hv), nil)
+			`taskgate: params._meta["`+schema.MetaProtocolVersion+`"] is required at protocol version `+string(hv), nil)
 		return true
 	case m.version != string(hv):
-		w.fail(rc, info, env.ID, 400, wire2026.CodeHeaderMismatch, "taskgate: MCP-Protocol-Version header "+
-			quoteOrMissing(hv)+` does not match params._meta["`+wire2026.MetaProtocolVersion+`"] "`+m.version+`"`, nil)
+		w.fail(rc, info, env.ID, 400, schema.CodeHeaderMismatch, "taskgate: MCP-Protocol-Version header "+
+			quoteOrMissing(hv)+` does not match params._meta["`+schema.MetaProtocolVersion+`"] "`+m.version+`"`, nil)
 		return true
-	case m.version != wire2026.ProtocolVersion:
+	case m.version != schema.ProtocolVersion:
 		if isLegacyVersion(m.version) {
 			return false
 		}
-		w.fail(rc, info, env.ID, 400, wire2026.CodeUnsupportedVersion, "taskgate: protocol version "+
-			jsonQuote(m.version)+" is not supported", wire2026.UnsupportedVersionData(m.version))
+		w.fail(rc, info, env.ID, 400, schema.CodeUnsupportedVersion, "taskgate: protocol version "+
+			jsonQuote(m.version)+" is not supported", schema.UnsupportedVersionData(m.version))
 		return true
 	case !m.hasCaps:
 		w.fail(rc, info, env.ID, 400, wire.CodeInvalidParams,
-			`taskgate: params._meta["`+wire2026.MetaClientCapabilities+`"] is required`, nil)
+			`taskgate: params._meta["`+schema.MetaClientCapabilities+`"] is required`, nil)
 		return true
 	}
-	if hm := hdr.Peek(wire2026.HeaderMethod); len(hm) > 0 && string(bytes.TrimSpace(hm)) != env.Method {
-		w.fail(rc, info, env.ID, 400, wire2026.CodeHeaderMismatch,
+	if hm := hdr.Peek(schema.HeaderMethod); len(hm) > 0 && string(bytes.TrimSpace(hm)) != env.Method {
+		w.fail(rc, info, env.ID, 400, schema.CodeHeaderMismatch,
 			"taskgate: Mcp-Method header "+jsonQuote(string(hm))+" does not match the method "+jsonQuote(env.Method), nil)
 		return true
 	}
-	if h := w.h; h.f.Native.Load() {
-		h.pass(rc, info, env.ID)
+	if w.Native.Load() {
+		w.Pass(rc, info, env.ID)
 		return true
 	}
 	era, native, err := w.upstreamEra()
 	if err != nil {
-		w.h.upstreamFailed(rc, info, env.ID, err)
+		w.UpstreamFailed(rc, info, env.ID, err)
 		return true
 	}
 	if native {
-		w.h.pass(rc, info, env.ID)
+		w.Pass(rc, info, env.ID)
 		return true
 	}
 	info.Method = env.Method
@@ -183,9 +186,9 @@ func logLevelRank(level string) int {
 	return 0
 }
 
-// modernMethod reports whether method is a request a client may send at
+// methodAt2026 reports whether method is a request a client may send at
 // 2026-07-28 (with the tasks extension).
-func modernMethod(method string) bool {
+func methodAt2026(method string) bool {
 	switch method {
 	case wire.MethodDiscover, wire.MethodToolsList, wire.MethodToolsCall, "prompts/list", "prompts/get", "resources/list",
 		"resources/templates/list", "resources/read", "completion/complete", wire.MethodSubscriptionsListen,
@@ -214,10 +217,10 @@ func quoteOrMissing(v []byte) string {
 	return jsonQuote(string(v))
 }
 
-// parseModernMeta reads params._meta of a request. A missing _meta gives
-// a zero modernMeta.
-func parseModernMeta(params []byte) (modernMeta, error) {
-	var m modernMeta
+// parseMeta reads params._meta of a request. A missing _meta gives
+// a zero reqMeta.
+func parseMeta(params []byte) (reqMeta, error) {
+	var m reqMeta
 	if params == nil {
 		return m, nil
 	}
@@ -225,7 +228,7 @@ func parseModernMeta(params []byte) (modernMeta, error) {
 	if err != nil || vals[0] == nil || string(vals[0]) == "null" {
 		return m, err
 	}
-	mv, err := jsonx.Members(vals[0], wire2026.MetaProtocolVersion, wire2026.MetaClientCapabilities, wire2026.MetaLogLevel)
+	mv, err := jsonx.Members(vals[0], schema.MetaProtocolVersion, schema.MetaClientCapabilities, schema.MetaLogLevel)
 	if err != nil {
 		return m, err
 	}
@@ -252,7 +255,7 @@ func parseModernMeta(params []byte) (modernMeta, error) {
 		m.sampling = isObject(cv[2])
 		m.roots = isObject(cv[3])
 		if isObject(cv[0]) {
-			ev, err := jsonx.Members(cv[0], wire2026.ExtensionTasks)
+			ev, err := jsonx.Members(cv[0], schema.ExtensionTasks)
 			if err != nil {
 				return m, err
 			}
@@ -270,7 +273,7 @@ var (
 )
 
 // fail answers with an HTTP status and a JSON-RPC error carrying data.
-func (w *modernWire) fail(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, status, code int, msg string, data []byte) {
+func (w *Wire) fail(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, status, code int, msg string, data []byte) {
 	if info.Outcome == "" {
 		info.Outcome = "rpc_error"
 	}
@@ -304,7 +307,7 @@ func headerName(v []byte) (string, bool) {
 // createTask). A required tool called without the extension is refused
 // with -32021 and the upstream is not contacted. A legacy params.task has
 // no meaning on this wire: it is ignored and not forwarded.
-func (w *modernWire) toolsCall(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, m *modernMeta, era int) {
+func (w *Wire) toolsCall(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, m *reqMeta, era int) {
 	if env.ID == nil || env.Params == nil {
 		w.fail(rc, info, env.ID, 400, wire.CodeInvalidRequest, "taskgate: tools/call must be a request with params", nil)
 		return
@@ -319,14 +322,14 @@ func (w *modernWire) toolsCall(rc *fasthttp.RequestCtx, info *wire.Info, env *wi
 		w.fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: tools/call params.name must be a string", nil)
 		return
 	}
-	if hn := rc.Request.Header.Peek(wire2026.HeaderName); len(hn) > 0 {
+	if hn := rc.Request.Header.Peek(schema.HeaderName); len(hn) > 0 {
 		if n, ok := headerName(hn); !ok || n != name {
-			w.fail(rc, info, env.ID, 400, wire2026.CodeHeaderMismatch,
+			w.fail(rc, info, env.ID, 400, schema.CodeHeaderMismatch,
 				"taskgate: Mcp-Name header does not match params.name "+jsonQuote(name), nil)
 			return
 		}
 	}
-	st := w.h.policy().For(name)
+	st := w.Policy().For(name)
 	if state, ok := jsonx.UnquoteValue(vals[1]); ok && strings.HasPrefix(state, requestStatePrefix) {
 		w.resumeHeld(rc, info, env, name, state)
 		return
@@ -335,9 +338,9 @@ func (w *modernWire) toolsCall(rc *fasthttp.RequestCtx, info *wire.Info, env *wi
 		switch {
 		case st.TaskSupport == policy.Required:
 			info.Outcome = "task_required"
-			w.fail(rc, info, env.ID, 400, wire2026.CodeMissingCapability, "taskgate: tool "+jsonQuote(name)+
-				" must run as a task: declare the extension "+wire2026.ExtensionTasks+" in the request's client capabilities",
-				[]byte(wire2026.RequiredTasksData))
+			w.fail(rc, info, env.ID, 400, schema.CodeMissingCapability, "taskgate: tool "+jsonQuote(name)+
+				" must run as a task: declare the extension "+schema.ExtensionTasks+" in the request's client capabilities",
+				[]byte(schema.RequiredTasksData))
 		case era == era2025 && st.TaskSupport != policy.Forbidden && (m.elicitation || m.sampling || m.roots):
 			// A 2025 upstream asks its questions mid-call; a 2026 client
 			// can only answer an InputRequiredResult and retry. The call

@@ -1,4 +1,4 @@
-package proxy
+package v20260728
 
 import (
 	"bufio"
@@ -16,7 +16,7 @@ import (
 	"github.com/taskgate/taskgate/proxy/sse"
 	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/proxy/wire"
-	"github.com/taskgate/taskgate/proxy/wire2026"
+	"github.com/taskgate/taskgate/proxy/wire/v20260728/schema"
 )
 
 // subscriptions/listen on the 2026 wire. A client opens a stream naming
@@ -46,7 +46,7 @@ var listenNotifications = []struct{ member, method, capability string }{
 
 // listen serves subscriptions/listen. A filter naming taskIds needs the
 // tasks extension declared (M-26).
-func (w *modernWire) listen(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, m *modernMeta, era int) {
+func (w *Wire) listen(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, m *reqMeta, era int) {
 	if !env.IsRequest() || env.Params == nil {
 		w.fail(rc, info, env.ID, 400, wire.CodeInvalidRequest, "taskgate: subscriptions/listen must be a request with params", nil)
 		return
@@ -62,19 +62,18 @@ func (w *modernWire) listen(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.
 	}
 	if t := filter[3]; t != nil && string(t) != "null" && !m.tasks {
 		info.Outcome = "task_required"
-		w.fail(rc, info, env.ID, 400, wire2026.CodeMissingCapability, "taskgate: subscribing to task status needs the extension "+
-			wire2026.ExtensionTasks+" in the request's client capabilities", []byte(wire2026.RequiredTasksData))
+		w.fail(rc, info, env.ID, 400, schema.CodeMissingCapability, "taskgate: subscribing to task status needs the extension "+
+			schema.ExtensionTasks+" in the request's client capabilities", []byte(schema.RequiredTasksData))
 		return
 	}
 	if era == era2026 {
-		w.h.pass(rc, info, env.ID)
+		w.Pass(rc, info, env.ID)
 		return
 	}
-	h := w.h
 	id := append([]byte(nil), env.ID...)
 	s, err := w.session(&rc.Request.Header)
 	if err != nil {
-		h.upstreamFailed(rc, info, id, err)
+		w.UpstreamFailed(rc, info, id, err)
 		return
 	}
 	l := &listener{id: id, want: map[string]bool{}, ch: make(chan []byte, 64)}
@@ -90,7 +89,7 @@ func (w *modernWire) listen(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.
 		req := fasthttp.AcquireRequest()
 		w.newUpstreamRequest(req, &rc.Request.Header)
 		if err := s.hub.start(w, s, req); err != nil {
-			h.f.LogOf(info).Warn().Err(err).Msg("subscriptions/listen: the upstream session's notification stream did not open")
+			w.LogOf(info).Warn().Err(err).Msg("subscriptions/listen: the upstream session's notification stream did not open")
 			l.want, ack = map[string]bool{}, []byte(`{}`)
 		}
 	}
@@ -104,22 +103,22 @@ func (w *modernWire) listen(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.
 	// The writer runs after the handler returned: it uses copies only (id
 	// in l, first) and conn, to see the client leave.
 	conn := rc.Conn()
-	se := h.beginStream(info)
-	h.eng.Enter()
+	se := w.BeginStream(info)
+	w.Eng.Enter()
 	rc.SetBodyStreamWriter(func(bw *bufio.Writer) {
-		defer h.eng.Leave()
+		defer w.Eng.Leave()
 		defer s.done()
 		defer s.hub.remove(l)
 		outcome := ""
-		defer func() { se.end(outcome) }()
-		ctx, cancel := context.WithCancel(h.root)
+		defer func() { se.End(outcome) }()
+		ctx, cancel := context.WithCancel(w.Root)
 		defer cancel()
 		defer sysconn.WatchClose(conn, cancel)()
 		if _, err := bw.Write(sse.Append(nil, "", first)); err != nil || bw.Flush() != nil {
 			outcome = wire.OutcomeClientGone
 			return
 		}
-		every := h.cfg.KeepAlive
+		every := w.Config.KeepAlive
 		if every <= 0 {
 			every = 15 * time.Second
 		}
@@ -130,7 +129,7 @@ func (w *modernWire) listen(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.
 			select {
 			case <-ctx.Done():
 				outcome = wire.OutcomeClientGone
-				if h.root.Err() != nil {
+				if w.Root.Err() != nil {
 					outcome = "shutdown"
 				}
 				return
@@ -246,7 +245,7 @@ const hubOpenTimeout = 10 * time.Second
 
 // start opens the session's GET stream with req (a prepared upstream
 // request, released here) unless it runs, and waits until it answered.
-func (hb *listenHub) start(w *modernWire, s *bridgeSession, req *fasthttp.Request) error {
+func (hb *listenHub) start(w *Wire, s *bridgeSession, req *fasthttp.Request) error {
 	hb.mu.Lock()
 	if hb.running {
 		ready := hb.ready
@@ -257,7 +256,7 @@ func (hb *listenHub) start(w *modernWire, s *bridgeSession, req *fasthttp.Reques
 		defer hb.mu.Unlock()
 		return hb.err
 	}
-	ctx, cancel := context.WithCancel(w.h.root)
+	ctx, cancel := context.WithCancel(w.Root)
 	hb.running, hb.ready, hb.err, hb.stop = true, make(chan struct{}), nil, cancel
 	ready := hb.ready
 	hb.mu.Unlock()
@@ -267,7 +266,7 @@ func (hb *listenHub) start(w *modernWire, s *bridgeSession, req *fasthttp.Reques
 	s.apply(&req.Header)
 	req.SetBody(nil)
 	req.Header.SetContentLength(0) // not the client's POST's
-	w.h.bg.Add(1)
+	w.bg.Add(1)
 	go hb.run(ctx, w, req, ready)
 	select {
 	case <-ready:
@@ -282,8 +281,8 @@ func (hb *listenHub) start(w *modernWire, s *bridgeSession, req *fasthttp.Reques
 
 // run reads the GET stream until it ends, then marks the hub stopped (the
 // next listener opens a new one).
-func (hb *listenHub) run(ctx context.Context, w *modernWire, req *fasthttp.Request, ready chan struct{}) {
-	defer w.h.bg.Done()
+func (hb *listenHub) run(ctx context.Context, w *Wire, req *fasthttp.Request, ready chan struct{}) {
+	defer w.bg.Done()
 	opened := false
 	fail := func(err error) {
 		hb.mu.Lock()
@@ -298,11 +297,11 @@ func (hb *listenHub) run(ctx context.Context, w *modernWire, req *fasthttp.Reque
 	req.Header.CopyTo(hdr)
 	hdr.SetMethod(fasthttp.MethodPost)
 	hdr.Set(fasthttp.HeaderContentType, "application/json")
-	x, err := w.h.up.RoundTrip(ctx, req)
+	x, err := w.Up.RoundTrip(ctx, req)
 	if err != nil && ctx.Err() == nil {
 		// A pooled connection the upstream had closed: a GET may be
 		// sent again.
-		x, err = w.h.up.RoundTrip(ctx, req)
+		x, err = w.Up.RoundTrip(ctx, req)
 	}
 	fasthttp.ReleaseRequest(req)
 	if err != nil {
@@ -322,7 +321,7 @@ func (hb *listenHub) run(ctx context.Context, w *modernWire, req *fasthttp.Reque
 	if body == nil {
 		body = bytes.NewReader(x.Resp.Body())
 	}
-	r := sse.NewReader(body, w.h.cfg.MaxResultSize)
+	r := sse.NewReader(body, w.Config.MaxResultSize)
 	for {
 		ev, err := r.Next()
 		if ev != nil && len(ev.Data) > 0 {
@@ -334,7 +333,7 @@ func (hb *listenHub) run(ctx context.Context, w *modernWire, req *fasthttp.Reque
 					w.postWith(hdr, wire.AppendResult(nil, env.ID, []byte("{}")))
 				default:
 					w.postWith(hdr, wire.AppendError(nil, env.ID, wire.CodeMethodNotFound, "taskgate: "+env.Method+
-						" cannot reach a client of protocol version "+wire2026.ProtocolVersion+" outside a request"))
+						" cannot reach a client of protocol version "+schema.ProtocolVersion+" outside a request"))
 				}
 			}
 		}

@@ -1,4 +1,4 @@
-package proxy
+package v20260728
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/taskgate/taskgate/taskstore"
 )
 
-// modernJob is the 2026-wire part of a task's job: the questions the
+// callState is the 2026-wire part of a task's job: the questions the
 // upstream call asked and the client has not answered yet, keyed by keys
 // unique for the task's life ("in-1", "in-2", ...). It lives in the process
 // running the call, with what it needs to forward each answer upstream;
@@ -28,7 +28,7 @@ import (
 // upstream answers the call with an InputRequiredResult; once all its
 // questions are answered, the runner calls again with inputResponses (under
 // the upstream's own keys) and the upstream's requestState.
-type modernJob struct {
+type callState struct {
 	era    int
 	params []byte // the call's params as sent upstream (for the retries of a 2026 upstream)
 	// declared input types of the creating request: only these are asked.
@@ -69,8 +69,8 @@ type question struct {
 	unstored bool
 }
 
-func newModernJob(era int, m *modernMeta, params []byte) *modernJob {
-	return &modernJob{
+func newCallState(era int, m *reqMeta, params []byte) *callState {
+	return &callState{
 		era: era, params: params,
 		elicitation: m.elicitation, sampling: m.sampling, roots: m.roots,
 		asked: make(chan struct{}), open: make(map[string]*question),
@@ -79,7 +79,7 @@ func newModernJob(era int, m *modernMeta, params []byte) *modernJob {
 
 // wantNotes makes the job carry the notifications the plain call's
 // request asked for (its progressToken, its logLevel) to that request.
-func (mj *modernJob) wantNotes(token []byte, logLevel string) {
+func (mj *callState) wantNotes(token []byte, logLevel string) {
 	if token == nil && logLevel == "" {
 		return
 	}
@@ -91,7 +91,7 @@ func (mj *modernJob) wantNotes(token []byte, logLevel string) {
 // waiting for a plain call's answer, if it asked for that kind. It never
 // blocks the runner: with nobody reading (between the rounds of a call
 // that asks questions), what does not fit is dropped.
-func (mj *modernJob) notify(env *wire.Envelope, msg []byte) {
+func (mj *callState) notify(env *wire.Envelope, msg []byte) {
 	if mj.notes == nil {
 		return
 	}
@@ -120,7 +120,7 @@ func (mj *modernJob) notify(env *wire.Envelope, msg []byte) {
 
 // release gives back the upstream session (when the call ends or never
 // started).
-func (mj *modernJob) release() {
+func (mj *callState) release() {
 	if mj.session != nil {
 		mj.session.done()
 		mj.session = nil
@@ -128,7 +128,7 @@ func (mj *modernJob) release() {
 }
 
 // nextQuestion returns a channel closed when the next question is asked.
-func (mj *modernJob) nextQuestion() <-chan struct{} {
+func (mj *callState) nextQuestion() <-chan struct{} {
 	mj.mu.Lock()
 	defer mj.mu.Unlock()
 	if mj.newQ == nil {
@@ -138,7 +138,7 @@ func (mj *modernJob) nextQuestion() <-chan struct{} {
 }
 
 // unstored reports whether the open question key is missing from the store.
-func (mj *modernJob) unstored(key string) bool {
+func (mj *callState) unstored(key string) bool {
 	mj.mu.Lock()
 	defer mj.mu.Unlock()
 	q, ok := mj.open[key]
@@ -146,14 +146,14 @@ func (mj *modernJob) unstored(key string) bool {
 }
 
 // answeredAny reports whether the client answered any question yet.
-func (mj *modernJob) answeredAny() bool {
+func (mj *callState) answeredAny() bool {
 	mj.mu.Lock()
 	defer mj.mu.Unlock()
 	return mj.answered
 }
 
 // declares reports whether the creating request declared what method asks.
-func (mj *modernJob) declares(method string) bool {
+func (mj *callState) declares(method string) bool {
 	switch method {
 	case "elicitation/create":
 		return mj.elicitation
@@ -166,7 +166,7 @@ func (mj *modernJob) declares(method string) bool {
 }
 
 // add records a question and returns its key.
-func (mj *modernJob) add(q *question) string {
+func (mj *callState) add(q *question) string {
 	mj.mu.Lock()
 	defer mj.mu.Unlock()
 	mj.next++
@@ -181,7 +181,7 @@ func (mj *modernJob) add(q *question) string {
 }
 
 // openRequests renders the open questions as an InputRequests object.
-func (mj *modernJob) openRequests() []byte {
+func (mj *callState) openRequests() []byte {
 	mj.mu.Lock()
 	defer mj.mu.Unlock()
 	out := []byte{'{'}
@@ -231,7 +231,7 @@ func appendInputRequests(dst []byte, reqs []taskstore.InputRequest) []byte {
 // goes to the upstream (2025: a JSON-RPC response; 2026: kept for the
 // retry, which starts once the round is complete). Unknown and answered
 // keys are ignored. It reports whether no question is open afterwards.
-func (mj *modernJob) deliver(h *Handler, j *wire.Job, answers []keyVal) bool {
+func (mj *callState) deliver(w *Wire, j *wire.Job, answers []keyVal) bool {
 	type post struct{ body []byte }
 	var posts []post
 	taken := 0
@@ -259,19 +259,19 @@ func (mj *modernJob) deliver(h *Handler, j *wire.Job, answers []keyVal) bool {
 	none := len(mj.open) == 0
 	mj.mu.Unlock()
 	for _, p := range posts {
-		h.f.PostUpstream(j, p.body)
+		w.PostUpstream(j, p.body)
 	}
 	if none && taken > 0 {
 		j.TraceEvent(tracing.EventWorking)
-		h.eng.Working(h.root, &j.Job)
+		w.Eng.Working(w.Root, &j.Job)
 	}
 	return none
 }
 
-// modernAnswers takes the answers other processes left in the task's
+// deliverAnswers takes the answers other processes left in the task's
 // inbox and delivers them.
-func (h *Handler) modernAnswers(ctx context.Context, j *wire.Job) {
-	raw := h.eng.TakeAnswers(ctx, &j.Job)
+func (w *Wire) deliverAnswers(ctx context.Context, j *wire.Job) {
+	raw := w.Eng.TakeAnswers(ctx, &j.Job)
 	if len(raw) == 0 {
 		return
 	}
@@ -285,32 +285,32 @@ func (h *Handler) modernAnswers(ctx context.Context, j *wire.Job) {
 			answers = append(answers, keyVal{key: k, val: vals[1]})
 		}
 	}
-	modernOf(j).deliver(h, j, answers)
+	stateOf(j).deliver(w, j, answers)
 }
 
 // ask makes q an open question of the task: recorded in the store (so
 // any process shows it and can take its answer), input_required, and
 // visible to tasks/get.
-func (h *Handler) ask(ctx context.Context, j *wire.Job, q *question) {
-	mj := modernOf(j)
+func (w *Wire) ask(ctx context.Context, j *wire.Job, q *question) {
+	mj := stateOf(j)
 	key := mj.add(q)
-	if err := h.eng.AddInputRequest(ctx, &j.Job, key, appendInputRequest(nil, q.method, q.params)); err != nil {
+	if err := w.Eng.AddInputRequest(ctx, &j.Job, key, appendInputRequest(nil, q.method, q.params)); err != nil {
 		j.Log.Warn().Err(err).Msg("recording an open question in the store failed; only this process shows it and takes its answer")
 		mj.mu.Lock()
 		q.unstored = true
 		mj.mu.Unlock()
 	}
 	j.TraceEvent(tracing.EventInputRequired, tracing.MethodName.String(q.method))
-	h.eng.InputRequired(ctx, &j.Job, q.method)
+	w.Eng.InputRequired(ctx, &j.Job, q.method)
 	mj.askedOnce.Do(func() { close(mj.asked) })
 }
 
-// modernQuestion handles a request a 2025 upstream sends during a task's
+// relayQuestion handles a request a 2025 upstream sends during a task's
 // call: a question of a type the creating request declared becomes an open
 // question of the task; any other is answered with an error at once.
-func (h *Handler) modernQuestion(ctx context.Context, j *wire.Job, env *wire.Envelope, msg []byte) {
-	if !modernOf(j).declares(env.Method) {
-		h.f.PostUpstream(j, wire.AppendError(nil, env.ID, wire.CodeMethodNotFound,
+func (w *Wire) relayQuestion(ctx context.Context, j *wire.Job, env *wire.Envelope, msg []byte) {
+	if !stateOf(j).declares(env.Method) {
+		w.PostUpstream(j, wire.AppendError(nil, env.ID, wire.CodeMethodNotFound,
 			"taskgate: the client of this task did not declare support for "+env.Method))
 		return
 	}
@@ -318,23 +318,23 @@ func (h *Handler) modernQuestion(ctx context.Context, j *wire.Job, env *wire.Env
 	if env.Params != nil {
 		params = append([]byte(nil), env.Params...)
 	}
-	h.ask(ctx, j, &question{method: env.Method, params: params, upID: append([]byte(nil), env.ID...)})
+	w.ask(ctx, j, &question{method: env.Method, params: params, upID: append([]byte(nil), env.ID...)})
 }
 
 // maxRounds bounds the input rounds of one call to a 2026 upstream.
 const maxRounds = 32
 
-// callModern runs the upstream call of a task created on the 2026 wire.
+// runCall runs the upstream call of a task created on the 2026 wire.
 // For a 2026 upstream an InputRequiredResult is not the end: its questions
 // become the task's, and the call is made again with the answers.
-func (h *Handler) callModern(ctx context.Context, j *wire.Job) engine.Result {
-	mj := modernOf(j)
+func (w *Wire) runCall(ctx context.Context, j *wire.Job) engine.Result {
+	mj := stateOf(j)
 	defer mj.release()
 	if mj.era == era2025 {
-		return h.f.CallUpstreamOnce(ctx, j)
+		return w.CallUpstreamOnce(ctx, j)
 	}
 	for round := 0; ; round++ {
-		res := h.f.CallUpstreamOnce(ctx, j)
+		res := w.CallUpstreamOnce(ctx, j)
 		if res.Outcome.Kind != taskstore.OutcomeResult || !isInputRequired(res.Outcome.Raw) {
 			return res
 		}
@@ -364,7 +364,7 @@ func (h *Handler) callModern(ctx context.Context, j *wire.Job) engine.Result {
 			if params == nil {
 				params = []byte("{}")
 			}
-			h.ask(ctx, j, &question{method: method, params: append([]byte(nil), params...), upKey: r.key})
+			w.ask(ctx, j, &question{method: method, params: append([]byte(nil), params...), upKey: r.key})
 		}
 		select {
 		case <-ok:
@@ -381,7 +381,7 @@ func (h *Handler) callModern(ctx context.Context, j *wire.Job) engine.Result {
 
 // retryParams returns the call's params with the current round's answers
 // and the upstream's requestState.
-func (mj *modernJob) retryParams() ([]byte, error) {
+func (mj *callState) retryParams() ([]byte, error) {
 	mj.mu.Lock()
 	defer mj.mu.Unlock()
 	resp := []byte{'{'}

@@ -1,4 +1,4 @@
-package proxy
+package v20260728
 
 import (
 	"bufio"
@@ -17,7 +17,7 @@ import (
 	"github.com/taskgate/taskgate/proxy/sse"
 	"github.com/taskgate/taskgate/proxy/sysconn"
 	"github.com/taskgate/taskgate/proxy/wire"
-	"github.com/taskgate/taskgate/proxy/wire2026"
+	"github.com/taskgate/taskgate/proxy/wire/v20260728/schema"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
@@ -38,14 +38,13 @@ import (
 // upstream, whose client can answer questions) there is no window: the
 // client gets the call's outcome, or an InputRequiredResult whenever the
 // upstream asks, and never sees the task that carries the call.
-func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, tool string, st policy.Settings, m *modernMeta, era int, plain bool) {
-	h := w.h
-	if h.eng.Closed() {
+func (w *Wire) createTask(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, tool string, st policy.Settings, m *reqMeta, era int, plain bool) {
+	if w.Eng.Closed() {
 		wire.RPCError(rc, info, env.ID, wire.NewError(wire.CodeInternalError, wire.MsgShuttingDown))
 		return
 	}
-	owner, _ := h.id.owner(&rc.Request.Header)
-	if !h.f.AllowTaskOp(rc, info, env.ID, owner) {
+	owner, _ := w.Owner(&rc.Request.Header)
+	if !w.AllowTaskOp(rc, info, env.ID, owner) {
 		return
 	}
 	params, err := upstreamParams(env.Params, era)
@@ -53,7 +52,7 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *wire.Info, env *w
 		wire.RPCError(rc, info, env.ID, wire.NewError(wire.CodeInvalidParams, "taskgate: invalid tools/call params: "+err.Error()))
 		return
 	}
-	id, upNonce, ok := h.f.ReserveTaskCall(rc, info, env, tool, st)
+	id, upNonce, ok := w.ReserveTaskCall(rc, info, env, tool, st)
 	if !ok {
 		return
 	}
@@ -68,12 +67,12 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *wire.Info, env *w
 		PollInterval: st.PollInterval,
 		Tool:         tool,
 		UpstreamID:   `"` + wire.UpstreamIDPrefix + upNonce + `"`,
-		Runner:       h.cfg.ProcessID,
-		Era:          wire2026.ProtocolVersion,
+		Runner:       w.Config.ProcessID,
+		Era:          schema.ProtocolVersion,
 	}
 	info.TaskID = id
 
-	mj := newModernJob(era, m, params)
+	mj := newCallState(era, m, params)
 	if plain {
 		token, err := progressToken(env.Params)
 		if err != nil {
@@ -85,19 +84,19 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *wire.Info, env *w
 	req := fasthttp.AcquireRequest()
 	if err := w.prepareCall(rc, req, era, mj); err != nil {
 		fasthttp.ReleaseRequest(req)
-		h.eng.ReleaseTool(tool)
-		h.upstreamFailed(rc, info, env.ID, err)
+		w.Eng.ReleaseTool(tool)
+		w.UpstreamFailed(rc, info, env.ID, err)
 		return
 	}
 	req.SetBody(appendCallBody(nil, t.UpstreamID, params))
 
-	j := &wire.Job{Req: req, Call: &call26{w: w, mj: mj}}
-	if !h.f.StoreTask(rc, info, env, j, t, st, "", "", mj.release) {
+	j := &wire.Job{Req: req, Call: &call{w: w, mj: mj}}
+	if !w.StoreTask(rc, info, env, j, t, st, "", "", mj.release) {
 		return
 	}
-	h.f.LogOf(info).Info().Str(wire.LogTaskID, id).Str(wire.LogOwner, owner).Str(wire.LogTool, tool).Str("wire", wire2026.ProtocolVersion).
+	w.LogOf(info).Info().Str(wire.LogTaskID, id).Str(wire.LogOwner, owner).Str(wire.LogTool, tool).Str("wire", schema.ProtocolVersion).
 		Dur("ttl", t.TTL).Msg("task created")
-	h.eng.Start(&j.Job)
+	w.Eng.Start(&j.Job)
 
 	var window <-chan time.Time
 	if !plain {
@@ -125,8 +124,7 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *wire.Info, env *w
 // then the call's outcome, or an InputRequiredResult when the upstream
 // asks (asked closes; hold: the call was not answered yet, so an unanswered
 // hold expires). A client that closes the stream withdraws the call.
-func (w *modernWire) streamPlain(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, owner string, j *wire.Job, m *modernMeta, n []byte, asked <-chan struct{}, hold bool) {
-	h := w.h
+func (w *Wire) streamPlain(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, owner string, j *wire.Job, m *reqMeta, n []byte, asked <-chan struct{}, hold bool) {
 	id = append([]byte(nil), id...)
 	meta := *m
 	rc.SetStatusCode(fasthttp.StatusOK)
@@ -136,13 +134,13 @@ func (w *modernWire) streamPlain(rc *fasthttp.RequestCtx, info *wire.Info, id []
 	// The writer runs after the handler returned: it uses copies (id,
 	// meta, n), the job and conn, never rc.
 	conn := rc.Conn()
-	se := h.beginStream(info)
-	h.eng.Enter()
+	se := w.BeginStream(info)
+	w.Eng.Enter()
 	rc.SetBodyStreamWriter(func(bw *bufio.Writer) {
-		defer h.eng.Leave()
+		defer w.Eng.Leave()
 		outcome := ""
-		defer func() { se.end(outcome) }()
-		ctx, cancel := context.WithCancel(h.root)
+		defer func() { se.End(outcome) }()
+		ctx, cancel := context.WithCancel(w.Root)
 		defer cancel()
 		defer sysconn.WatchClose(conn, cancel)()
 		write := func(msg []byte) bool {
@@ -152,7 +150,7 @@ func (w *modernWire) streamPlain(rc *fasthttp.RequestCtx, info *wire.Info, id []
 		ok := write(n)
 		for ok {
 			select {
-			case n := <-modernOf(j).notes:
+			case n := <-stateOf(j).notes:
 				ok = write(n)
 			case <-j.Settled():
 				w.drainNotes(j, write)
@@ -174,18 +172,18 @@ func (w *modernWire) streamPlain(rc *fasthttp.RequestCtx, info *wire.Info, id []
 			}
 		}
 		outcome = wire.OutcomeClientGone
-		if h.root.Err() == nil {
+		if w.Root.Err() == nil {
 			// Closing a request's stream cancels it.
-			_ = h.eng.Withdraw(h.root, &j.Job, "the client closed the request")
+			_ = w.Eng.Withdraw(w.Root, &j.Job, "the client closed the request")
 		}
 	})
 }
 
 // drainNotes writes the notifications j's call sent before its answer.
-func (w *modernWire) drainNotes(j *wire.Job, write func([]byte) bool) {
+func (w *Wire) drainNotes(j *wire.Job, write func([]byte) bool) {
 	for {
 		select {
-		case n := <-modernOf(j).notes:
+		case n := <-stateOf(j).notes:
 			if !write(n) {
 				return
 			}
@@ -196,27 +194,27 @@ func (w *modernWire) drainNotes(j *wire.Job, write func([]byte) bool) {
 }
 
 // created answers with the CreateTaskResult of t.
-func (w *modernWire) created(rc *fasthttp.RequestCtx, id []byte, t *taskstore.Task) {
+func (w *Wire) created(rc *fasthttp.RequestCtx, id []byte, t *taskstore.Task) {
 	wt := w.toWireTask(t)
-	wire.RPCResult(rc, id, wire2026.AppendCreateTaskResult(make([]byte, 0, 256), &wt))
+	wire.RPCResult(rc, id, schema.AppendCreateTaskResult(make([]byte, 0, 256), &wt))
 }
 
 // plainOutcome answers a call that ended within the promote window with
 // its outcome, as a plain call would have been answered.
-func (w *modernWire) plainOutcome(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, j *wire.Job, m *modernMeta) {
+func (w *Wire) plainOutcome(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, j *wire.Job, m *reqMeta) {
 	t, out := j.Final()
 	w.plainAnswer(rc, info, id, j.Task, t, out, m)
 }
 
 // plainAnswer is plainOutcome for task (its final state ft and outcome
 // out, when known; else read from the store).
-func (w *modernWire) plainAnswer(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, task, ft *taskstore.Task, out *taskstore.Outcome, m *modernMeta) {
+func (w *Wire) plainAnswer(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, task, ft *taskstore.Task, out *taskstore.Outcome, m *reqMeta) {
 	t := ft
 	if t == nil {
 		var err error
-		t, out, err = w.h.eng.Outcome(w.h.root, task.Owner, task.ID)
+		t, out, err = w.Eng.Outcome(w.Root, task.Owner, task.ID)
 		if err != nil {
-			w.h.f.StoreError(rc, info, id, err)
+			w.StoreError(rc, info, id, err)
 			return
 		}
 	}
@@ -225,7 +223,7 @@ func (w *modernWire) plainAnswer(rc *fasthttp.RequestCtx, info *wire.Info, id []
 
 // plainMessage renders the final state t and outcome out of a call as the
 // answer to its plain request id.
-func (w *modernWire) plainMessage(id []byte, t *taskstore.Task, out *taskstore.Outcome, m *modernMeta) bridgeAnswer {
+func (w *Wire) plainMessage(id []byte, t *taskstore.Task, out *taskstore.Outcome, m *reqMeta) bridgeAnswer {
 	switch {
 	case out != nil && out.Kind == taskstore.OutcomeResult:
 		msg, err := capability.ModernResult(wire.AppendResult(nil, id, out.Raw), false)
@@ -237,7 +235,7 @@ func (w *modernWire) plainMessage(id []byte, t *taskstore.Task, out *taskstore.O
 		if res, missing, ok := urlElicitationAnswer(out.Raw, m); ok {
 			if missing != nil {
 				return bridgeAnswer{status: fasthttp.StatusBadRequest, outcome: "rpc_error",
-					msg: wire.AppendErrorData(nil, id, wire2026.CodeMissingCapability,
+					msg: wire.AppendErrorData(nil, id, schema.CodeMissingCapability,
 						"taskgate: the upstream needs a URL elicitation, which the request did not declare", missing)}
 			}
 			return bridgeAnswer{status: fasthttp.StatusOK, outcome: "input_required", msg: wire.AppendResult(nil, id, res)}
@@ -254,30 +252,29 @@ func (w *modernWire) plainMessage(id []byte, t *taskstore.Task, out *taskstore.O
 
 // inputRequired answers with an InputRequiredResult holding j's open
 // questions and a requestState naming j's task.
-func (w *modernWire) inputRequired(rc *fasthttp.RequestCtx, id []byte, owner string, j *wire.Job, plain bool) {
+func (w *Wire) inputRequired(rc *fasthttp.RequestCtx, id []byte, owner string, j *wire.Job, plain bool) {
 	state := w.signState(owner, j.Task.ID, j.Task.Tool, plain, time.Now().Add(holdFor))
-	wire.RPCResult(rc, id, wire2026.AppendInputRequired(nil, modernOf(j).openRequests(), state))
+	wire.RPCResult(rc, id, schema.AppendInputRequired(nil, stateOf(j).openRequests(), state))
 }
 
 // inputRequiredResult is the InputRequiredResult of a plain call j (see
 // inputRequired).
-func (w *modernWire) inputRequiredResult(owner string, j *wire.Job) []byte {
+func (w *Wire) inputRequiredResult(owner string, j *wire.Job) []byte {
 	state := w.signState(owner, j.Task.ID, j.Task.Tool, true, time.Now().Add(holdFor))
-	return wire2026.AppendInputRequired(nil, modernOf(j).openRequests(), state)
+	return schema.AppendInputRequired(nil, stateOf(j).openRequests(), state)
 }
 
 // expireHold cancels the held call of j when its client has not answered
 // any question by the time the requestState expires: nobody else knows the
 // task, and it would hold an upstream call and a place in the owner's
 // limit until the policy timeout.
-func (w *modernWire) expireHold(j *wire.Job) {
-	h := w.h
+func (w *Wire) expireHold(j *wire.Job) {
 	time.AfterFunc(holdFor, func() {
-		if modernOf(j).answeredAny() || h.root.Err() != nil {
+		if stateOf(j).answeredAny() || w.Root.Err() != nil {
 			return
 		}
-		if h.eng.Withdraw(h.root, &j.Job, "the client did not answer the questions before its requestState expired") == nil {
-			h.log.Info().Str(wire.LogTaskID, j.Task.ID).Msg("held call cancelled: its requestState expired unanswered")
+		if w.Eng.Withdraw(w.Root, &j.Job, "the client did not answer the questions before its requestState expired") == nil {
+			w.Log.Info().Str(wire.LogTaskID, j.Task.ID).Msg("held call cancelled: its requestState expired unanswered")
 		}
 	})
 }
@@ -292,19 +289,19 @@ const requestStatePrefix = "tgs1."
 // valid until exp: the task id, tool and expiry, and a keyed hash of them
 // and the owner (so only the owner can use it, and any replica sharing the
 // owner key can verify it).
-func (w *modernWire) signState(owner, taskID, tool string, plain bool, exp time.Time) string {
+func (w *Wire) signState(owner, taskID, tool string, plain bool, exp time.Time) string {
 	kind := "t"
 	if plain {
 		kind = "p"
 	}
 	payload := taskID + "." + strconv.FormatInt(exp.Unix(), 10) + "." + base64.RawURLEncoding.EncodeToString([]byte(tool)) + "." + kind
-	return requestStatePrefix + payload + "." + w.h.id.keyedHash("request-state", []byte(owner+"\x00"+payload))
+	return requestStatePrefix + payload + "." + w.KeyedHash("request-state", []byte(owner+"\x00"+payload))
 }
 
 // verifyState returns the task id a requestState of signState names, if
 // it is intact, unexpired, the owner's, and for tool.
 // plain reports a state of a plain call (see createTask).
-func (w *modernWire) verifyState(owner, tool, state string) (taskID string, plain, ok bool) {
+func (w *Wire) verifyState(owner, tool, state string) (taskID string, plain, ok bool) {
 	rest, ok := strings.CutPrefix(state, requestStatePrefix)
 	if !ok {
 		return "", false, false
@@ -314,7 +311,7 @@ func (w *modernWire) verifyState(owner, tool, state string) (taskID string, plai
 		return "", false, false
 	}
 	payload, mac := rest[:i], rest[i+1:]
-	if !equalConstantTime(mac, w.h.id.keyedHash("request-state", []byte(owner+"\x00"+payload))) {
+	if !equalConstantTime(mac, w.KeyedHash("request-state", []byte(owner+"\x00"+payload))) {
 		return "", false, false
 	}
 	parts := strings.Split(payload, ".")
@@ -346,10 +343,9 @@ func equalConstantTime(a, b string) bool {
 // from createTask: the answers go to the held call (its task), and the
 // client gets the task's CreateTaskResult. A tampered, expired or foreign
 // requestState is refused with -32602.
-func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, tool, state string) {
-	h := w.h
-	owner, _ := h.id.owner(&rc.Request.Header)
-	if !h.f.AllowTaskOp(rc, info, env.ID, owner) {
+func (w *Wire) resumeHeld(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, tool, state string) {
+	owner, _ := w.Owner(&rc.Request.Header)
+	if !w.AllowTaskOp(rc, info, env.ID, owner) {
 		return
 	}
 	taskID, plain, ok := w.verifyState(owner, tool, state)
@@ -363,12 +359,12 @@ func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *wire.Info, env *w
 		w.fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: a retry with requestState needs an inputResponses object", nil)
 		return
 	}
-	meta, _ := parseModernMeta(env.Params)
+	meta, _ := parseMeta(env.Params)
 	m := &meta
 	var next <-chan struct{}
-	j := h.f.LocalJob(owner, taskID)
-	if plain && j != nil && modernOf(j) != nil {
-		next = modernOf(j).nextQuestion()
+	j := w.LocalJob(owner, taskID)
+	if plain && j != nil && stateOf(j) != nil {
+		next = stateOf(j).nextQuestion()
 	}
 	t, err := w.answer(owner, taskID, vals[0])
 	if err != nil {
@@ -382,20 +378,20 @@ func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *wire.Info, env *w
 	if next == nil {
 		// The call runs on another replica: wait through the store for
 		// its outcome or its next open question.
-		t, out, reqs, err := h.eng.WaitTerminalOrInput(h.root, owner, taskID)
+		t, out, reqs, err := w.Eng.WaitTerminalOrInput(w.Root, owner, taskID)
 		switch {
 		case err != nil:
 			w.taskError(rc, info, env.ID, err)
 		case len(reqs) > 0:
 			info.Outcome = "input_required"
 			state := w.signState(owner, taskID, tool, true, time.Now().Add(holdFor))
-			wire.RPCResult(rc, env.ID, wire2026.AppendInputRequired(nil, appendInputRequests(nil, reqs), state))
+			wire.RPCResult(rc, env.ID, schema.AppendInputRequired(nil, appendInputRequests(nil, reqs), state))
 		default:
 			w.plainAnswer(rc, info, env.ID, t, t, out, m)
 		}
 		return
 	}
-	if string(modernOf(j).openRequests()) != "{}" {
+	if string(stateOf(j).openRequests()) != "{}" {
 		info.Outcome = "input_required"
 		w.inputRequired(rc, env.ID, owner, j, true) // questions left unanswered
 		return
@@ -406,7 +402,7 @@ func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *wire.Info, env *w
 	case <-next:
 		info.Outcome = "input_required"
 		w.inputRequired(rc, env.ID, owner, j, true)
-	case n := <-modernOf(j).notes: // (nil unless the creating request asked)
+	case n := <-stateOf(j).notes: // (nil unless the creating request asked)
 		w.streamPlain(rc, info, env.ID, owner, j, m, n, next, false)
 	}
 }
@@ -416,16 +412,15 @@ func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *wire.Info, env *w
 // does not declare the extension gets -32021 (even for an unknown id), and
 // the Mcp-Name header must be present and equal params.taskId (else
 // -32020). A foreign task is an unknown one (-32602).
-func (w *modernWire) tasksMethod(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, m *modernMeta) {
-	h := w.h
+func (w *Wire) tasksMethod(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, m *reqMeta) {
 	if env.ID == nil {
 		w.fail(rc, info, nil, 400, wire.CodeInvalidRequest, "taskgate: "+env.Method+" must be a request with an id", nil)
 		return
 	}
 	if !m.tasks {
 		info.Outcome = "capability_missing"
-		w.fail(rc, info, env.ID, 400, wire2026.CodeMissingCapability, "taskgate: "+env.Method+
-			" needs the extension "+wire2026.ExtensionTasks+" in the request's client capabilities", []byte(wire2026.RequiredTasksData))
+		w.fail(rc, info, env.ID, 400, schema.CodeMissingCapability, "taskgate: "+env.Method+
+			" needs the extension "+schema.ExtensionTasks+" in the request's client capabilities", []byte(schema.RequiredTasksData))
 		return
 	}
 	var taskID string
@@ -439,21 +434,21 @@ func (w *modernWire) tasksMethod(rc *fasthttp.RequestCtx, info *wire.Info, env *
 		taskID, _ = jsonx.UnquoteValue(vals[0])
 		responses = vals[1]
 	}
-	if n, ok := headerName(rc.Request.Header.Peek(wire2026.HeaderName)); !ok || n != taskID || n == "" {
-		w.fail(rc, info, env.ID, 400, wire2026.CodeHeaderMismatch,
+	if n, ok := headerName(rc.Request.Header.Peek(schema.HeaderName)); !ok || n != taskID || n == "" {
+		w.fail(rc, info, env.ID, 400, schema.CodeHeaderMismatch,
 			"taskgate: the Mcp-Name header must equal params.taskId on "+env.Method, nil)
 		return
 	}
-	owner, _ := h.id.owner(&rc.Request.Header)
-	if !h.f.AllowTaskOp(rc, info, env.ID, owner) {
+	owner, _ := w.Owner(&rc.Request.Header)
+	if !w.AllowTaskOp(rc, info, env.ID, owner) {
 		return
 	}
 	info.TaskID = taskID
 	switch env.Method {
 	case wire.MethodTasksGet:
-		t, out, err := h.eng.Outcome(h.f.CtxOf(info), owner, taskID)
+		t, out, err := w.Eng.Outcome(w.CtxOf(info), owner, taskID)
 		if err != nil {
-			h.f.StoreError(rc, info, env.ID, err)
+			w.StoreError(rc, info, env.ID, err)
 			return
 		}
 		wire.RPCResult(rc, env.ID, w.appendGet(nil, t, out, w.openRequests(t)))
@@ -466,29 +461,29 @@ func (w *modernWire) tasksMethod(rc *fasthttp.RequestCtx, info *wire.Info, env *
 			w.taskError(rc, info, env.ID, err)
 			return
 		}
-		wire.RPCResult(rc, env.ID, []byte(wire2026.Ack))
+		wire.RPCResult(rc, env.ID, []byte(schema.Ack))
 	case wire.MethodTasksCancel:
-		_, err := h.eng.Cancel(h.f.CtxOf(info), owner, taskID, "cancelled by the client", false)
+		_, err := w.Eng.Cancel(w.CtxOf(info), owner, taskID, "cancelled by the client", false)
 		switch {
 		case errors.Is(err, taskstore.ErrTerminal):
 			// Cancelling a finished task changes nothing and is
 			// acknowledged like any cancel on this wire.
 		case err != nil:
-			h.f.StoreError(rc, info, env.ID, err)
+			w.StoreError(rc, info, env.ID, err)
 			return
 		}
-		wire.RPCResult(rc, env.ID, []byte(wire2026.Ack))
+		wire.RPCResult(rc, env.ID, []byte(schema.Ack))
 	}
 }
 
 // taskError answers err: a JSON-RPC error taskgate made, or a store error.
-func (w *modernWire) taskError(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, err error) {
+func (w *Wire) taskError(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, err error) {
 	var re *wire.Error
 	if errors.As(err, &re) {
 		wire.RPCError(rc, info, id, re)
 		return
 	}
-	w.h.f.StoreError(rc, info, id, err)
+	w.StoreError(rc, info, id, err)
 }
 
 // appendGet renders the tasks/get result of t: a tool result is inline
@@ -497,9 +492,9 @@ func (w *modernWire) taskError(rc *fasthttp.RequestCtx, info *wire.Info, id []by
 // verbatim when it failed (or an error naming why taskgate failed it), and
 // the open questions (reqs, an InputRequests object or nil for none) while
 // it waits for input.
-func (w *modernWire) appendGet(dst []byte, t *taskstore.Task, out *taskstore.Outcome, reqs []byte) []byte {
+func (w *Wire) appendGet(dst []byte, t *taskstore.Task, out *taskstore.Outcome, reqs []byte) []byte {
 	wt := w.toWireTask(t)
-	var d wire2026.Detail
+	var d schema.Detail
 	switch {
 	case t.Status == taskstore.Completed || t.Status == taskstore.Failed && out != nil && out.Kind == taskstore.OutcomeResult:
 		wt.Status = string(taskstore.Completed)
@@ -507,7 +502,7 @@ func (w *modernWire) appendGet(dst []byte, t *taskstore.Task, out *taskstore.Out
 			d.Result = completeResult(out.Raw)
 		}
 	case t.Status == taskstore.Failed && out != nil && out.Kind == taskstore.OutcomeError:
-		d.Error = modernTaskError(out.Raw)
+		d.Error = failedTaskError(out.Raw)
 	case t.Status == taskstore.Failed:
 		msg := t.StatusMessage
 		if msg == "" {
@@ -523,7 +518,7 @@ func (w *modernWire) appendGet(dst []byte, t *taskstore.Task, out *taskstore.Out
 			wt.Status = string(taskstore.Working)
 		}
 	}
-	return wire2026.AppendGetResult(dst, &wt, d)
+	return schema.AppendGetResult(dst, &wt, d)
 }
 
 // completeResult returns a stored tool result as the 2026 wire inlines it
@@ -552,21 +547,20 @@ func completeResult(res []byte) []byte {
 // or nil when it has none or does not wait for input. They come from the
 // store, so every process shows the same ones; only when the store cannot
 // be read does the process running the call show its own.
-func (w *modernWire) openRequests(t *taskstore.Task) []byte {
+func (w *Wire) openRequests(t *taskstore.Task) []byte {
 	if t.Status != taskstore.InputRequired {
 		return nil
 	}
-	h := w.h
-	reqs, err := h.eng.InputRequests(h.root, t.Owner, t.ID)
+	reqs, err := w.Eng.InputRequests(w.Root, t.Owner, t.ID)
 	if err == nil {
 		if len(reqs) == 0 {
 			return nil
 		}
 		return appendInputRequests(nil, reqs)
 	}
-	h.log.Debug().Err(err).Str(wire.LogTaskID, t.ID).Msg("reading a task's open questions from the store failed")
-	if j := h.f.LocalJob(t.Owner, t.ID); j != nil && modernOf(j) != nil {
-		if r := modernOf(j).openRequests(); string(r) != "{}" {
+	w.Log.Debug().Err(err).Str(wire.LogTaskID, t.ID).Msg("reading a task's open questions from the store failed")
+	if j := w.LocalJob(t.Owner, t.ID); j != nil && stateOf(j) != nil {
+		if r := stateOf(j).openRequests(); string(r) != "{}" {
 			return r
 		}
 	}
@@ -576,15 +570,15 @@ func (w *modernWire) openRequests(t *taskstore.Task) []byte {
 // toWireTask is what the 2026 wire shows of t; a running task's
 // pollIntervalMs starts small and grows with its age, as on the 2025 wire
 // (engine.PollInterval).
-func (w *modernWire) toWireTask(t *taskstore.Task) wire2026.Task {
-	return wire2026.Task{
+func (w *Wire) toWireTask(t *taskstore.Task) schema.Task {
+	return schema.Task{
 		ID:            t.ID,
 		Status:        string(t.Status),
 		StatusMessage: t.StatusMessage,
 		CreatedAt:     t.CreatedAt,
 		UpdatedAt:     t.UpdatedAt,
 		TTL:           t.TTL,
-		PollInterval:  w.h.eng.ReportedPollInterval(t),
+		PollInterval:  w.Eng.ReportedPollInterval(t),
 	}
 }
 
@@ -595,10 +589,9 @@ func (w *modernWire) toWireTask(t *taskstore.Task) wire2026.Task {
 // process right after no longer shows them, and hands the answers to the
 // process running the call; when that is this process they are delivered
 // before answer returns.
-func (w *modernWire) answer(owner, taskID string, responses []byte) (*taskstore.Task, error) {
-	h := w.h
-	ctx := h.root
-	t, err := h.eng.Task(ctx, owner, taskID)
+func (w *Wire) answer(owner, taskID string, responses []byte) (*taskstore.Task, error) {
+	ctx := w.Root
+	t, err := w.Eng.Task(ctx, owner, taskID)
 	if err != nil || t.Status.Terminal() {
 		return t, err
 	}
@@ -613,7 +606,7 @@ func (w *modernWire) answer(owner, taskID string, responses []byte) (*taskstore.
 	for i, a := range answers {
 		in[i] = taskstore.InputAnswer{Key: a.key, Msg: appendAnswer(nil, a.key, a.val)}
 	}
-	taken, open, err := h.eng.AnswerInputs(ctx, owner, taskID, in)
+	taken, open, err := w.Eng.AnswerInputs(ctx, owner, taskID, in)
 	switch {
 	case errors.Is(err, taskstore.ErrTerminal):
 		return t, nil
@@ -623,7 +616,7 @@ func (w *modernWire) answer(owner, taskID string, responses []byte) (*taskstore.
 	if open == 0 && len(taken) > 0 && t.Status == taskstore.InputRequired {
 		t.Status = taskstore.Working
 	}
-	if j := h.f.LocalJob(owner, taskID); j != nil && modernOf(j) != nil {
+	if j := w.LocalJob(owner, taskID); j != nil && stateOf(j) != nil {
 		// The store put the answers it took in the inbox, for the
 		// runner's supervisor; delivering them here makes them reach the
 		// call now (a key is delivered once, whichever gets there first).
@@ -634,12 +627,12 @@ func (w *modernWire) answer(owner, taskID string, responses []byte) (*taskstore.
 		}
 		var mine []keyVal
 		for _, a := range answers {
-			if byKey[a.key] || modernOf(j).unstored(a.key) {
+			if byKey[a.key] || stateOf(j).unstored(a.key) {
 				mine = append(mine, a)
 				delete(byKey, a.key)
 			}
 		}
-		if len(mine) > 0 && modernOf(j).deliver(h, j, mine) && t.Status == taskstore.InputRequired {
+		if len(mine) > 0 && stateOf(j).deliver(w, j, mine) && t.Status == taskstore.InputRequired {
 			t.Status = taskstore.Working
 		}
 	}
@@ -691,20 +684,20 @@ func upstreamParams(params []byte, era int) ([]byte, error) {
 		}
 	}
 	if era == era2025 {
-		return stripModernMeta(out)
+		return strip2026Meta(out)
 	}
 	return out, nil
 }
 
-// stripModernMeta removes the per-request keys of the 2026 wire from
+// strip2026Meta removes the per-request keys of the 2026 wire from
 // params._meta.
-func stripModernMeta(params []byte) ([]byte, error) {
+func strip2026Meta(params []byte) ([]byte, error) {
 	vals, err := jsonx.Members(params, "_meta")
 	if err != nil || !isObject(vals[0]) {
 		return params, err
 	}
 	meta := vals[0]
-	for _, k := range [...]string{wire2026.MetaProtocolVersion, wire2026.MetaClientCapabilities, wire2026.MetaClientInfo, wire2026.MetaLogLevel} {
+	for _, k := range [...]string{schema.MetaProtocolVersion, schema.MetaClientCapabilities, schema.MetaClientInfo, schema.MetaLogLevel} {
 		if meta, err = jsonx.DeleteMember(meta, k); err != nil {
 			return nil, err
 		}
