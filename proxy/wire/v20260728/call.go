@@ -270,7 +270,8 @@ func (mj *callState) deliver(w *Wire, j *wire.Job, answers []keyVal) bool {
 
 // deliverAnswers takes the answers other processes left in the task's
 // inbox and delivers them.
-func (w *Wire) deliverAnswers(ctx context.Context, j *wire.Job) {
+func (c *call) deliverAnswers(ctx context.Context, j *wire.Job) {
+	w := c.w
 	raw := w.Eng.TakeAnswers(ctx, &j.Job)
 	if len(raw) == 0 {
 		return
@@ -291,7 +292,8 @@ func (w *Wire) deliverAnswers(ctx context.Context, j *wire.Job) {
 // ask makes q an open question of the task: recorded in the store (so
 // any process shows it and can take its answer), input_required, and
 // visible to tasks/get.
-func (w *Wire) ask(ctx context.Context, j *wire.Job, q *question) {
+func (c *call) ask(ctx context.Context, j *wire.Job, q *question) {
+	w := c.w
 	mj := stateOf(j)
 	key := mj.add(q)
 	if err := w.Eng.AddInputRequest(ctx, &j.Job, key, appendInputRequest(nil, q.method, q.params)); err != nil {
@@ -308,7 +310,8 @@ func (w *Wire) ask(ctx context.Context, j *wire.Job, q *question) {
 // relayQuestion handles a request a 2025 upstream sends during a task's
 // call: a question of a type the creating request declared becomes an open
 // question of the task; any other is answered with an error at once.
-func (w *Wire) relayQuestion(ctx context.Context, j *wire.Job, env *wire.Envelope, msg []byte) {
+func (c *call) relayQuestion(ctx context.Context, j *wire.Job, env *wire.Envelope, msg []byte) {
+	w := c.w
 	if !stateOf(j).declares(env.Method) {
 		w.PostUpstream(j, wire.AppendError(nil, env.ID, wire.CodeMethodNotFound,
 			"taskgate: the client of this task did not declare support for "+env.Method))
@@ -318,7 +321,7 @@ func (w *Wire) relayQuestion(ctx context.Context, j *wire.Job, env *wire.Envelop
 	if env.Params != nil {
 		params = append([]byte(nil), env.Params...)
 	}
-	w.ask(ctx, j, &question{method: env.Method, params: params, upID: append([]byte(nil), env.ID...)})
+	c.ask(ctx, j, &question{method: env.Method, params: params, upID: append([]byte(nil), env.ID...)})
 }
 
 // maxRounds bounds the input rounds of one call to a 2026 upstream.
@@ -327,7 +330,8 @@ const maxRounds = 32
 // runCall runs the upstream call of a task created on the 2026 wire.
 // For a 2026 upstream an InputRequiredResult is not the end: its questions
 // become the task's, and the call is made again with the answers.
-func (w *Wire) runCall(ctx context.Context, j *wire.Job) engine.Result {
+func (c *call) runCall(ctx context.Context, j *wire.Job) engine.Result {
+	w := c.w
 	mj := stateOf(j)
 	defer mj.release()
 	if mj.era == era2025 {
@@ -364,7 +368,7 @@ func (w *Wire) runCall(ctx context.Context, j *wire.Job) engine.Result {
 			if params == nil {
 				params = []byte("{}")
 			}
-			w.ask(ctx, j, &question{method: method, params: append([]byte(nil), params...), upKey: r.key})
+			c.ask(ctx, j, &question{method: method, params: append([]byte(nil), params...), upKey: r.key})
 		}
 		select {
 		case <-ok:

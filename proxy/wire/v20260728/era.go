@@ -80,7 +80,7 @@ func stateOf(j *wire.Job) *callState { return j.Call.(*call).mj }
 
 // Run runs the call: one or more rounds with a 2026 upstream, or one call
 // of a 2025 upstream.
-func (c *call) Run(ctx context.Context, j *wire.Job) engine.Result { return c.w.runCall(ctx, j) }
+func (c *call) Run(ctx context.Context, j *wire.Job) engine.Result { return c.runCall(ctx, j) }
 
 // Notification: progress becomes the task's statusMessage; the 2026 wire
 // has no notifications on tasks, so only a plain call's client takes them
@@ -94,11 +94,11 @@ func (c *call) Notification(ctx context.Context, j *wire.Job, env *wire.Envelope
 
 // Request makes an upstream request a question of the task.
 func (c *call) Request(ctx context.Context, j *wire.Job, env *wire.Envelope, msg []byte) {
-	c.w.relayQuestion(ctx, j, env, msg)
+	c.relayQuestion(ctx, j, env, msg)
 }
 
 // Answers hands the answers of tasks/update to the upstream.
-func (c *call) Answers(ctx context.Context, j *wire.Job) { c.w.deliverAnswers(ctx, j) }
+func (c *call) Answers(ctx context.Context, j *wire.Job) { c.deliverAnswers(ctx, j) }
 
 // Stopped tells a 2025 upstream with notifications/cancelled; a 2026
 // upstream learns it from the closed request stream.

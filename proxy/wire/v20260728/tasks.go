@@ -253,14 +253,14 @@ func (w *Wire) plainMessage(id []byte, t *taskstore.Task, out *taskstore.Outcome
 // inputRequired answers with an InputRequiredResult holding j's open
 // questions and a requestState naming j's task.
 func (w *Wire) inputRequired(rc *fasthttp.RequestCtx, id []byte, owner string, j *wire.Job, plain bool) {
-	state := w.signState(owner, j.Task.ID, j.Task.Tool, plain, time.Now().Add(holdFor))
+	state := signState(w.KeyedHash, owner, j.Task.ID, j.Task.Tool, plain, time.Now().Add(holdFor))
 	wire.RPCResult(rc, id, schema.AppendInputRequired(nil, stateOf(j).openRequests(), state))
 }
 
 // inputRequiredResult is the InputRequiredResult of a plain call j (see
 // inputRequired).
 func (w *Wire) inputRequiredResult(owner string, j *wire.Job) []byte {
-	state := w.signState(owner, j.Task.ID, j.Task.Tool, true, time.Now().Add(holdFor))
+	state := signState(w.KeyedHash, owner, j.Task.ID, j.Task.Tool, true, time.Now().Add(holdFor))
 	return schema.AppendInputRequired(nil, stateOf(j).openRequests(), state)
 }
 
@@ -289,19 +289,19 @@ const requestStatePrefix = "tgs1."
 // valid until exp: the task id, tool and expiry, and a keyed hash of them
 // and the owner (so only the owner can use it, and any replica sharing the
 // owner key can verify it).
-func (w *Wire) signState(owner, taskID, tool string, plain bool, exp time.Time) string {
+func signState(keyedHash func(domain string, v []byte) string, owner, taskID, tool string, plain bool, exp time.Time) string {
 	kind := "t"
 	if plain {
 		kind = "p"
 	}
 	payload := taskID + "." + strconv.FormatInt(exp.Unix(), 10) + "." + base64.RawURLEncoding.EncodeToString([]byte(tool)) + "." + kind
-	return requestStatePrefix + payload + "." + w.KeyedHash("request-state", []byte(owner+"\x00"+payload))
+	return requestStatePrefix + payload + "." + keyedHash("request-state", []byte(owner+"\x00"+payload))
 }
 
 // verifyState returns the task id a requestState of signState names, if
 // it is intact, unexpired, the owner's, and for tool.
 // plain reports a state of a plain call (see createTask).
-func (w *Wire) verifyState(owner, tool, state string) (taskID string, plain, ok bool) {
+func verifyState(keyedHash func(domain string, v []byte) string, owner, tool, state string) (taskID string, plain, ok bool) {
 	rest, ok := strings.CutPrefix(state, requestStatePrefix)
 	if !ok {
 		return "", false, false
@@ -311,7 +311,7 @@ func (w *Wire) verifyState(owner, tool, state string) (taskID string, plain, ok 
 		return "", false, false
 	}
 	payload, mac := rest[:i], rest[i+1:]
-	if !equalConstantTime(mac, w.KeyedHash("request-state", []byte(owner+"\x00"+payload))) {
+	if !equalConstantTime(mac, keyedHash("request-state", []byte(owner+"\x00"+payload))) {
 		return "", false, false
 	}
 	parts := strings.Split(payload, ".")
@@ -348,7 +348,7 @@ func (w *Wire) resumeHeld(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.En
 	if !w.AllowTaskOp(rc, info, env.ID, owner) {
 		return
 	}
-	taskID, plain, ok := w.verifyState(owner, tool, state)
+	taskID, plain, ok := verifyState(w.KeyedHash, owner, tool, state)
 	if !ok {
 		w.fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: requestState is invalid, expired, or not for this call", nil)
 		return
@@ -384,7 +384,7 @@ func (w *Wire) resumeHeld(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.En
 			w.taskError(rc, info, env.ID, err)
 		case len(reqs) > 0:
 			info.Outcome = "input_required"
-			state := w.signState(owner, taskID, tool, true, time.Now().Add(holdFor))
+			state := signState(w.KeyedHash, owner, taskID, tool, true, time.Now().Add(holdFor))
 			wire.RPCResult(rc, env.ID, schema.AppendInputRequired(nil, appendInputRequests(nil, reqs), state))
 		default:
 			w.plainAnswer(rc, info, env.ID, t, t, out, m)

@@ -85,15 +85,15 @@ func TestHeaderName(t *testing.T) {
 
 func TestRequestState(t *testing.T) {
 	w := &Wire{Front: &wire.Front{KeyedHash: testKeyedHash([]byte("0123456789abcdef"))}}
-	state := w.signState("owner-a", "task1", "tool", false, time.Now().Add(time.Minute))
-	if id, plain, ok := w.verifyState("owner-a", "tool", state); !ok || id != "task1" || plain {
+	state := signState(w.KeyedHash, "owner-a", "task1", "tool", false, time.Now().Add(time.Minute))
+	if id, plain, ok := verifyState(w.KeyedHash, "owner-a", "tool", state); !ok || id != "task1" || plain {
 		t.Fatalf("verifyState(own state) = %q, %v, %v", id, plain, ok)
 	}
-	if _, plain, ok := w.verifyState("owner-a", "tool", w.signState("owner-a", "task1", "tool", true, time.Now().Add(time.Minute))); !ok || !plain {
+	if _, plain, ok := verifyState(w.KeyedHash, "owner-a", "tool", signState(w.KeyedHash, "owner-a", "task1", "tool", true, time.Now().Add(time.Minute))); !ok || !plain {
 		t.Fatalf("verifyState(plain state) = %v, %v", plain, ok)
 	}
 	tampered := strings.Replace(state, "task1", "task2", 1)
-	expired := w.signState("owner-a", "task1", "tool", false, time.Now().Add(-time.Second))
+	expired := signState(w.KeyedHash, "owner-a", "task1", "tool", false, time.Now().Add(-time.Second))
 	for name, tc := range map[string]struct{ owner, tool, state string }{
 		"foreign owner": {"owner-b", "tool", state},
 		"other tool":    {"owner-a", "other", state},
@@ -101,7 +101,7 @@ func TestRequestState(t *testing.T) {
 		"expired":       {"owner-a", "tool", expired},
 		"garbage":       {"owner-a", "tool", requestStatePrefix + "x"},
 	} {
-		if _, _, ok := w.verifyState(tc.owner, tc.tool, tc.state); ok {
+		if _, _, ok := verifyState(w.KeyedHash, tc.owner, tc.tool, tc.state); ok {
 			t.Errorf("verifyState accepted a %s state", name)
 		}
 	}
