@@ -261,7 +261,7 @@ func (mj *modernJob) deliver(h *Handler, j *job, answers []keyVal) bool {
 	}
 	if none && taken > 0 {
 		j.traceEvent(tracing.EventWorking)
-		h.eng.Working(h.root, &j.Job)
+		h.eng.Mail.Working(h.root, &j.Job)
 	}
 	return none
 }
@@ -269,7 +269,7 @@ func (mj *modernJob) deliver(h *Handler, j *job, answers []keyVal) bool {
 // modernAnswers takes the answers other processes left in the task's
 // inbox and delivers them.
 func (h *Handler) modernAnswers(ctx context.Context, j *job) {
-	raw := h.eng.TakeAnswers(ctx, &j.Job)
+	raw := h.eng.Mail.TakeAnswers(ctx, &j.Job)
 	if len(raw) == 0 {
 		return
 	}
@@ -292,14 +292,14 @@ func (h *Handler) modernAnswers(ctx context.Context, j *job) {
 func (h *Handler) ask(ctx context.Context, j *job, q *question) {
 	mj := j.modern
 	key := mj.add(q)
-	if err := h.eng.AddInputRequest(ctx, &j.Job, key, appendInputRequest(nil, q.method, q.params)); err != nil {
+	if err := h.eng.Mail.AddInputRequest(ctx, &j.Job, key, appendInputRequest(nil, q.method, q.params)); err != nil {
 		j.Log.Warn().Err(err).Msg("recording an open question in the store failed; only this process shows it and takes its answer")
 		mj.mu.Lock()
 		q.unstored = true
 		mj.mu.Unlock()
 	}
 	j.traceEvent(tracing.EventInputRequired, tracing.MethodName.String(q.method))
-	h.eng.InputRequired(ctx, &j.Job, q.method)
+	h.eng.Mail.InputRequired(ctx, &j.Job, q.method)
 	mj.askedOnce.Do(func() { close(mj.asked) })
 }
 

@@ -84,7 +84,7 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 	req := fasthttp.AcquireRequest()
 	if err := w.prepareCall(rc, req, era, mj); err != nil {
 		fasthttp.ReleaseRequest(req)
-		h.eng.ReleaseTool(tool)
+		h.eng.Limits.ReleaseTool(tool)
 		h.upstreamFailed(rc, info, env.id, err)
 		return
 	}
@@ -556,7 +556,7 @@ func (w *modernWire) openRequests(t *taskstore.Task) []byte {
 		return nil
 	}
 	h := w.h
-	reqs, err := h.eng.InputRequests(h.root, t.Owner, t.ID)
+	reqs, err := h.eng.Mail.InputRequests(h.root, t.Owner, t.ID)
 	if err == nil {
 		if len(reqs) == 0 {
 			return nil
@@ -583,7 +583,7 @@ func (w *modernWire) toWireTask(t *taskstore.Task) wire2026.Task {
 		CreatedAt:     t.CreatedAt,
 		UpdatedAt:     t.UpdatedAt,
 		TTL:           t.TTL,
-		PollInterval:  w.h.eng.ReportedPollInterval(t),
+		PollInterval:  w.h.eng.Limits.ReportedPollInterval(t),
 	}
 }
 
@@ -612,7 +612,7 @@ func (w *modernWire) answer(owner, taskID string, responses []byte) (*taskstore.
 	for i, a := range answers {
 		in[i] = taskstore.InputAnswer{Key: a.key, Msg: appendAnswer(nil, a.key, a.val)}
 	}
-	taken, open, err := h.eng.AnswerInputs(ctx, owner, taskID, in)
+	taken, open, err := h.eng.Mail.AnswerInputs(ctx, owner, taskID, in)
 	switch {
 	case errors.Is(err, taskstore.ErrTerminal):
 		return t, nil

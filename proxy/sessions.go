@@ -396,7 +396,7 @@ func noteQuestion(qs []openQuestion, taskID string, msg []byte) []openQuestion {
 func (h *Handler) redeliverOpen(owner string, qs []openQuestion) {
 	group := streamGroup(owner)
 	for _, q := range qs {
-		if h.eng.Redeliver(owner, group, q.taskID, q.qid, q.msg) {
+		if h.eng.Mail.Redeliver(owner, group, q.taskID, q.qid, q.msg) {
 			h.log.Debug().Str(logTaskID, q.taskID).Msg("stream ended before its question was answered; queued again")
 		}
 	}

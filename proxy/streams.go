@@ -89,7 +89,7 @@ func (h *Handler) relayNotification(ctx context.Context, j *job, env *envelope, 
 	kind := taskstore.KindNotification
 	if env.method == methodProgress {
 		kind = taskstore.KindProgress
-		h.eng.Progress(ctx, &j.Job, progressText(env.params))
+		h.eng.Mail.Progress(ctx, &j.Job, progressText(env.params))
 	}
 	if j.modern != nil {
 		// The 2026 wire has no notifications on tasks (progress fed the
@@ -102,7 +102,7 @@ func (h *Handler) relayNotification(ctx context.Context, j *job, env *envelope, 
 		j.Log.Warn().Err(err).Str(logRPCMethod, env.method).Msg("dropping a malformed upstream notification")
 		return
 	}
-	h.eng.Enqueue(ctx, &j.Job, kind, out, env.method)
+	h.eng.Mail.Enqueue(ctx, &j.Job, kind, out, env.method)
 }
 
 // relayRequest forwards an upstream request to the client (elicitation,
@@ -125,13 +125,13 @@ func (h *Handler) relayRequest(ctx context.Context, j *job, env *envelope, msg [
 		h.postUpstream(j, appendErrorResponse(nil, env.id, codeInvalidRequest, "taskgate: malformed request"))
 		return
 	}
-	if err := h.eng.Ask(ctx, &j.Job, j.Session, canonicalID(qid), env.method); err != nil {
+	if err := h.eng.Mail.Ask(ctx, &j.Job, j.Session, canonicalID(qid), env.method); err != nil {
 		j.Log.Warn().Err(err).Msg("recording a pending client request failed")
 		h.postUpstream(j, appendErrorResponse(nil, env.id, codeInternalError, "taskgate: "+msgStoreUnavailable))
 		return
 	}
 	j.traceEvent(tracing.EventInputRequired, tracing.MethodName.String(env.method))
-	h.eng.Enqueue(ctx, &j.Job, taskstore.KindRequest, out, env.method)
+	h.eng.Mail.Enqueue(ctx, &j.Job, taskstore.KindRequest, out, env.method)
 }
 
 // deliverAnswers posts the client's answers from the task's inbox upstream,
@@ -145,14 +145,14 @@ func (h *Handler) deliverAnswers(ctx context.Context, j *job) {
 		h.modernAnswers(ctx, j)
 		return
 	}
-	answers := h.eng.TakeAnswers(ctx, &j.Job)
+	answers := h.eng.Mail.TakeAnswers(ctx, &j.Job)
 	if len(answers) == 0 {
 		return
 	}
 	for _, a := range answers {
 		h.postUpstream(j, toUpstreamAnswer(a))
 	}
-	h.eng.Answered(ctx, &j.Job, len(answers))
+	h.eng.Mail.Answered(ctx, &j.Job, len(answers))
 }
 
 // progressText renders a progress notification for statusMessage.
@@ -189,7 +189,7 @@ func (h *Handler) clientAnswer(rc *fasthttp.RequestCtx, info *reqInfo, env *enve
 	group := streamGroup(owner)
 	taskID, err := "", taskstore.ErrNotFound
 	if group != "" {
-		taskID, err = h.eng.Answer(h.root, owner, group, canonicalID(env.id), append([]byte(nil), rc.PostBody()...))
+		taskID, err = h.eng.Mail.Answer(h.root, owner, group, canonicalID(env.id), append([]byte(nil), rc.PostBody()...))
 	}
 	switch {
 	case errors.Is(err, taskstore.ErrNotFound):
@@ -310,7 +310,7 @@ func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.
 	defer cancel()
 	group := streamGroup(owner)
 	var events <-chan taskstore.SessionEvent
-	if mail, err := h.eng.WatchOwner(ctx, owner, group); err != nil {
+	if mail, err := h.eng.Mail.WatchOwner(ctx, owner, group); err != nil {
 		h.log.Warn().Err(err).Msg("GET stream without task messages: subscribing failed")
 	} else {
 		defer mail.Stop()
@@ -368,9 +368,9 @@ func (h *Handler) mergeStream(ctx context.Context, w *bufio.Writer, upstream io.
 		return true
 	}
 	drain := func(taskID string) bool {
-		return h.eng.DeliverQueued(ctx, owner, taskID, func(m taskstore.Message) bool { return write(taskID, m) })
+		return h.eng.Mail.DeliverQueued(ctx, owner, taskID, func(m taskstore.Message) bool { return write(taskID, m) })
 	}
-	rescan := func() bool { return h.eng.DeliverAllQueued(ctx, owner, group, write) }
+	rescan := func() bool { return h.eng.Mail.DeliverAllQueued(ctx, owner, group, write) }
 	if events != nil && !rescan() {
 		return
 	}
@@ -447,7 +447,7 @@ func (h *Handler) attributeQuestion(ctx context.Context, owner, sess string, msg
 	if group == "" || sess == "" {
 		return false
 	}
-	taskID, ok := h.eng.OnlyTaskOn(ctx, sess)
+	taskID, ok := h.eng.Mail.OnlyTaskOn(ctx, sess)
 	if !ok {
 		return false
 	}
@@ -457,7 +457,7 @@ func (h *Handler) attributeQuestion(ctx context.Context, owner, sess string, msg
 	}
 	// The engine refuses a task of another owner (not found) or one that
 	// ended; the question then passes through.
-	if err := h.eng.AskFor(ctx, owner, group, taskID, canonicalID(qid), env.method, out); err != nil {
+	if err := h.eng.Mail.AskFor(ctx, owner, group, taskID, canonicalID(qid), env.method, out); err != nil {
 		if !errors.Is(err, engine.ErrNotPending) {
 			h.log.Warn().Err(err).Str(logTaskID, taskID).Msg("queueing a question of the upstream's GET stream failed")
 		}

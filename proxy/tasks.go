@@ -200,7 +200,7 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 
 	res := make([]byte, 0, 256)
 	res = append(res, `{"task":`...)
-	res = appendTaskPolled(res, t, h.eng.Thrifty(owner))
+	res = appendTaskPolled(res, t, h.eng.Limits.Thrifty(owner))
 	res = append(res, '}')
 	h.rpcResult(rc, env.id, res)
 }
@@ -211,7 +211,7 @@ func (h *Handler) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 // (P-07, E-45). Both wires call it. When either fails it answers the client
 // and returns ok false, holding nothing.
 func (h *Handler) reserveTaskCall(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, tool string, st policy.Settings) (id, upNonce string, ok bool) {
-	id, upNonce, err := h.eng.Reserve(tool, st)
+	id, upNonce, err := h.eng.Limits.Reserve(tool, st)
 	switch {
 	case errors.Is(err, engine.ErrToolBusy):
 		h.rpcError(rc, info, env.id, newRPCError(codeInternalError, fmt.Sprintf(
@@ -290,7 +290,7 @@ func (h *Handler) tasksMethod(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 			h.storeError(rc, info, env.id, err)
 			return
 		}
-		h.rpcResult(rc, env.id, appendTaskPolled(make([]byte, 0, 256), t, h.eng.Thrifty(owner)))
+		h.rpcResult(rc, env.id, appendTaskPolled(make([]byte, 0, 256), t, h.eng.Limits.Thrifty(owner)))
 	case methodTasksCancel:
 		t, err := h.eng.Cancel(ctx, owner, taskID, "cancelled by the client", true)
 		if errors.Is(err, taskstore.ErrTerminal) {
@@ -385,7 +385,7 @@ func (h *Handler) tasksList(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 // allowTaskOp applies the per-owner rate limit (T-77); over it the caller
 // gets -32603 naming the limit and a Retry-After header.
 func (h *Handler) allowTaskOp(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, owner string) bool {
-	ok, wait := h.eng.Allow(owner)
+	ok, wait := h.eng.Limits.Allow(owner)
 	if ok {
 		return true
 	}
@@ -402,7 +402,7 @@ func (h *Handler) storeError(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, 
 	switch {
 	case errors.Is(err, taskstore.ErrNotFound):
 		owner, _ := h.owner(&rc.Request.Header)
-		h.eng.LookupMiss(owner) // E-42: misses cost more
+		h.eng.Limits.LookupMiss(owner) // E-42: misses cost more
 		h.rpcError(rc, info, id, newRPCError(codeInvalidParams, msgTaskNotFound))
 	case errors.Is(err, taskstore.ErrTerminal):
 		h.rpcError(rc, info, id, newRPCError(codeInvalidParams, "taskgate: task already finished"))
@@ -758,10 +758,10 @@ func (h *Handler) startResultStream(rc *fasthttp.RequestCtx, info *reqInfo, id [
 // its listener, delivering its queued messages as they come, and ends the
 // stream with the result. It returns the request's outcome.
 func (h *Handler) resultStreamBody(ctx context.Context, w *bufio.Writer, evID string, id []byte, owner, taskID string, left *atomic.Bool) string {
-	h.eng.Listen(owner, taskID, listeningTTLKeepAlive*h.cfg.KeepAlive)
-	defer h.eng.Listen(owner, taskID, 0)
+	h.eng.Mail.Listen(owner, taskID, listeningTTLKeepAlive*h.cfg.KeepAlive)
+	defer h.eng.Mail.Listen(owner, taskID, 0)
 	keep := func() bool {
-		h.eng.Listen(owner, taskID, listeningTTLKeepAlive*h.cfg.KeepAlive)
+		h.eng.Mail.Listen(owner, taskID, listeningTTLKeepAlive*h.cfg.KeepAlive)
 		_, err := w.WriteString(": keep-alive\n\n")
 		return err == nil && w.Flush() == nil
 	}

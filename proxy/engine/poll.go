@@ -46,9 +46,3 @@ func PollInterval(t *taskstore.Task, now time.Time, thrifty bool) time.Duration 
 	}
 	return max(min(d, bound).Truncate(time.Millisecond), time.Millisecond)
 }
-
-// ReportedPollInterval is the pollInterval t reports now to its owner
-// (PollInterval, thrifty when the owner runs low on its rate-limit budget).
-func (e *Engine) ReportedPollInterval(t *taskstore.Task) time.Duration {
-	return PollInterval(t, time.Now(), e.Thrifty(t.Owner))
-}

@@ -34,6 +34,10 @@ type supervisor struct {
 	kick    chan struct{} // capacity 1: the heap's head moved earlier
 }
 
+// watchDelay is how long a call runs before its supervision starts and
+// subscribes to the task's events (cancels and client answers).
+const watchDelay = 250 * time.Millisecond
+
 // supervisionWorkers bounds the goroutines running supervision work
 // (store wake-ups, re-reads, renewals, answers handed upstream) at once.
 const supervisionWorkers = 64
