@@ -165,7 +165,7 @@ func (r *runners) ended(j *Job) {
 		e.hooks.Running(-1)
 	}
 	e.Limits.ReleaseTool(t.Tool)
-	r.endSession(j)
+	r.endSessionTask(j)
 	e.up.Ended(j)
 }
 
@@ -273,10 +273,10 @@ func (r *runners) finish(j *Job, res Result) {
 	}
 }
 
-// startSession records j's call on its upstream session, so that the
+// startSessionTask records j's call on its upstream session, so that the
 // client's end of the session waits for it. The call's deadline is the
 // earlier of the policy timeout and the task's expiry.
-func (r *runners) startSession(j *Job) {
+func (r *runners) startSessionTask(j *Job) {
 	if j.UpSession == "" {
 		return
 	}
@@ -287,9 +287,9 @@ func (r *runners) startSession(j *Job) {
 	}
 }
 
-// endSession removes j's call from its session and, when it was the last
+// endSessionTask removes j's call from its session and, when it was the last
 // call of a session its client ended, has the upstream end it.
-func (r *runners) endSession(j *Job) {
+func (r *runners) endSessionTask(j *Job) {
 	if j.UpSession == "" {
 		return
 	}

@@ -22,8 +22,10 @@ import (
 // reach the store together (a Redis store sends concurrent renewals in one
 // pipeline).
 //
-// Lock order: a store's wake-up calls into the supervisor under the
-// store's lock, so the supervisor never calls the store with mu held.
+// Its methods are safe for concurrent use (mu guards the heap, the work
+// queue and every job's supState). Lock order: a store's wake-up calls
+// into the supervisor under the store's lock, so the supervisor never
+// calls the store with mu held.
 type supervisor struct {
 	e    *Engine
 	mu   sync.Mutex

@@ -52,7 +52,7 @@ func (e *Engine) abandonCreate(t *taskstore.Task) {
 // end of the session waits for it), registers it as running here and
 // hands it to a runner.
 func (e *Engine) Start(j *Job) {
-	e.runs.startSession(j)
+	e.runs.startSessionTask(j)
 	e.jobs.Store(j.Task.ID, j)
 	e.runs.start(j)
 }
