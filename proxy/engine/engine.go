@@ -32,7 +32,7 @@ type Config struct {
 	// ListPageSize is the page size of List.
 	ListPageSize int
 	// TaskRate and TaskBurst are the per-owner token bucket of task
-	// operations (Allow): operations per second and bucket size. A rate
+	// operations (Limits.Allow): operations per second and bucket size. A rate
 	// <= 0 disables it.
 	TaskRate  float64
 	TaskBurst int
@@ -55,7 +55,7 @@ type Hooks struct {
 	CallDuration func(tool string, d time.Duration)
 	// Running adds delta to the count of calls running in this process.
 	Running func(delta int64)
-	// RateLimited counts a task operation refused by Allow.
+	// RateLimited counts a task operation refused by Limits.Allow.
 	RateLimited func()
 	// StoreOp observes one store operation of the engine (op: "create",
 	// "get", "finish", "cancel", "outcome", "list", "renew", "recover",

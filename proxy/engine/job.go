@@ -28,7 +28,7 @@ type Upstream interface {
 	// (a cancel, the policy timeout, the task's expiry, shutdown).
 	Stopped(j *Job, reason string)
 	// Answers hands the client's answers waiting in j's inbox to the
-	// call (see TakeAnswers), when the supervisor was woken.
+	// call (see Mailbox.TakeAnswers), when the supervisor was woken.
 	Answers(ctx context.Context, j *Job)
 	// CloseSession ends j's upstream session: j was the last call on a
 	// session its client had ended.

@@ -24,7 +24,7 @@ import (
 // owner that has spent more than half of its rate-limit burst is told at
 // least PollThrifty (or the bound, when smaller): a client that follows the
 // short intervals of many young tasks at once would otherwise run into the
-// rate limit (Thrifty). Both wires report it (pollInterval,
+// rate limit (Limits.Thrifty). Both wires report it (pollInterval,
 // pollIntervalMs).
 const (
 	PollMin     = 100 * time.Millisecond

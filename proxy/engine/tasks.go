@@ -9,7 +9,7 @@ import (
 	"github.com/taskgate/taskgate/taskstore"
 )
 
-// Create durably stores t, a new working task whose tool slot Reserve
+// Create durably stores t, a new working task whose tool slot Limits.Reserve
 // took, with its runner's first lease, and makes j its job (call is the
 // wire's value for it, session and upSession as in Job). Start then runs
 // it. When storing fails it gives back the tool slot and returns the
