@@ -837,7 +837,8 @@ type openedStore struct {
 // openStore connects the task store: Redis when --redis is set (it need not
 // be up yet: taskgate starts, passes traffic through and reports the store
 // down), else the embedded one. With --redis and no --owner-key, task
-// operations are held back by a keyGate until the shared key is loaded.
+// operations are held back by a taskstore.KeyGate until the shared key is
+// loaded.
 func openStore(o *options, log zerolog.Logger) (*openedStore, error) {
 	cfg := taskstore.Config{CursorKey: []byte(o.ownerKey), OpTimeout: o.storeTimeout,
 		SessionTaskDelay: taskstore.DefaultSessionTaskDelay}
@@ -869,7 +870,7 @@ func openStore(o *options, log zerolog.Logger) (*openedStore, error) {
 	out := &openedStore{store: s, rdb: rdb, close: func() { _ = s.Close(); _ = rdb.Close() }}
 	out.admin, _ = any(s).(taskstore.Admin)
 	if o.ownerKey == "" {
-		gate := &keyGate{Store: s}
+		gate := taskstore.NewKeyGate(s)
 		out.store = gate
 		out.key = &sharedKey{rdb: rdb, store: s, gate: gate, timeout: o.storeTimeout, log: log}
 	}
