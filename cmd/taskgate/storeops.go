@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
@@ -252,4 +253,56 @@ func (p *storeProbe) loop(ctx context.Context, interval time.Duration) {
 			_ = p.check(ctx)
 		}
 	}
+}
+
+// openedStore is the task store openStore connected.
+type openedStore struct {
+	store taskstore.Store
+	admin taskstore.Admin       // the store's operator view; nil when it has none
+	rdb   redis.UniversalClient // nil for the embedded store
+	key   *sharedKey            // non-nil: the owner key is to be read from Redis
+	close func()
+}
+
+// openStore connects the task store: Redis when --redis is set (it need not
+// be up yet: taskgate starts, passes traffic through and reports the store
+// down), else the embedded one. With --redis and no --owner-key, task
+// operations are held back by a taskstore.KeyGate until the shared key is
+// loaded.
+func openStore(o *options, log zerolog.Logger) (*openedStore, error) {
+	cfg := taskstore.Config{CursorKey: []byte(o.ownerKey), OpTimeout: o.storeTimeout,
+		SessionTaskDelay: taskstore.DefaultSessionTaskDelay}
+	if len(cfg.CursorKey) == 0 {
+		cfg.CursorKey = nil
+	}
+	if o.redisURL == "" {
+		s, closer, err := taskstore.NewEmbedded(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("embedded store: %w", err)
+		}
+		log.Warn().Msg("using the embedded task store: tasks live in this process only and are lost when it exits; " +
+			"set --redis to share tasks between replicas and keep them across restarts")
+		return &openedStore{store: s, admin: s, close: closer}, nil
+	}
+	rdb, err := taskstore.Open(o.redisURL)
+	if err != nil {
+		return nil, fmt.Errorf("--redis: %w", err)
+	}
+	if cfg.WaitReplicas, cfg.WaitTimeout, err = taskstore.ReplicaWait(o.redisURL); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("--redis: %w", err)
+	}
+	s, err := taskstore.NewRedis(rdb, cfg)
+	if err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("--redis: %w", err)
+	}
+	out := &openedStore{store: s, rdb: rdb, close: func() { _ = s.Close(); _ = rdb.Close() }}
+	out.admin, _ = any(s).(taskstore.Admin)
+	if o.ownerKey == "" {
+		gate := taskstore.NewKeyGate(s)
+		out.store = gate
+		out.key = &sharedKey{rdb: rdb, store: s, gate: gate, timeout: o.storeTimeout, log: log}
+	}
+	return out, nil
 }
