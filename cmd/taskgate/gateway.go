@@ -30,6 +30,9 @@ import (
 	"github.com/taskgate/taskgate/proxy/sysconn"
 )
 
+// retriesWarning is logged when the policy asks for re-runs.
+const retriesWarning = "policy: idempotent/maxRetries are set, but this version never re-runs a call lost with a crashed replica; such tasks fail (see README, Leases)"
+
 // gateway is one running taskgate: serve sets it up step by step, serves,
 // shuts it down and tears it down. Each step fills the fields the next ones
 // use and registers what teardown must undo.

@@ -24,33 +24,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
-	"time"
 )
-
-// Defaults of the flags that configure the command itself. The flags that
-// configure the proxy and the stdio upstream take theirs from packages proxy
-// and proxy/stdio (proxy.Default*, stdio.Default*), so taskgate without a
-// flag and the packages with a zero Config behave alike.
-const (
-	defaultListen = "127.0.0.1:8080"
-	// defaultAdminListen is 8081, beside the proxy's 8080: 9090 is
-	// Prometheus's own port.
-	defaultAdminListen = "127.0.0.1:8081"
-	defaultLogLevel    = "info"
-	defaultLogFormat   = "json"
-	// defaultProcs: one processor costs the least CPU per request beside an
-	// upstream on the same machine, and kept the rate of Go's choice (the
-	// CPU count or the container's limit) under background load. It
-	// deliberately ignores a container's CPU limit: a sidecar should not
-	// take as many cores as the server it fronts (Linkerd's proxy also
-	// defaults to one); --procs 0 restores Go's choice.
-	defaultProcs = 1
-	// defaultShutdownGrace: on SIGTERM, how long running calls may finish.
-	defaultShutdownGrace = 30 * time.Second
-)
-
-// retriesWarning is logged when the policy asks for re-runs.
-const retriesWarning = "policy: idempotent/maxRetries are set, but this version never re-runs a call lost with a crashed replica; such tasks fail (see README, Leases)"
 
 // version is set at build time with -ldflags "-X main.version=...".
 var version = ""
