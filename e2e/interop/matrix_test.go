@@ -24,6 +24,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/taskgate/taskgate/e2e/e2etest"
 )
 
 var update = flag.Bool("update", false, "rewrite the matrix in README.md from this run")
@@ -219,7 +221,7 @@ func jsDriver(script string) func(t *testing.T, cfg cellConfig) runOut {
 		defer cancel()
 		cmd := exec.CommandContext(ctx, "node", filepath.Join(npmDir, script), string(b))
 		cmd.Dir = npmDir
-		var stderr syncBuffer
+		var stderr e2etest.Buffer
 		cmd.Stderr = &stderr
 		stdout, err := cmd.Output()
 		return parseRun(t, script, stdout, stderr.String(), err)
@@ -230,7 +232,7 @@ func parseRun(t *testing.T, what string, stdout []byte, stderr string, runErr er
 	lines := strings.Split(strings.TrimSpace(string(stdout)), "\n")
 	var out runOut
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &out); err != nil || out["init"] == nil {
-		t.Logf("%s: %v; output %q; stderr %s", what, runErr, tail(string(stdout), 2000), tail(stderr, 3000))
+		t.Logf("%s: %v; output %q; stderr %s", what, runErr, e2etest.Tail(string(stdout), 2000), e2etest.Tail(stderr, 3000))
 		return runOut{"init": {"ok": false, "error": map[string]any{"message": fmt.Sprintf("driver failed: %v", runErr)}}}
 	}
 	return out
@@ -278,7 +280,7 @@ func inspectorDriver(t *testing.T, cfg cellConfig) runOut {
 		cmd := exec.CommandContext(ctx, "node", append(append(append([]string{}, base...), args...), "--format", "json", "-q")...)
 		cmd.Dir = npmDir
 		cmd.Env = append(os.Environ(), "HOME="+home, "MCP_CATALOG_PATH="+filepath.Join(home, "catalog.json"))
-		var stderr syncBuffer
+		var stderr e2etest.Buffer
 		cmd.Stderr = &stderr
 		stdout, runErr := cmd.Output()
 		var env map[string]any
@@ -290,7 +292,7 @@ func inspectorDriver(t *testing.T, cfg cellConfig) runOut {
 			text = text[i+1:]
 		}
 		if err := json.Unmarshal([]byte(text), &env); err != nil {
-			return nil, fmt.Errorf("inspector: %v: %s", runErr, tail(stderr.String()+string(stdout), 500))
+			return nil, fmt.Errorf("inspector: %v: %s", runErr, e2etest.Tail(stderr.String()+string(stdout), 500))
 		}
 		if e, ok := env["error"].(map[string]any); ok {
 			return nil, fmt.Errorf("inspector error %v: %v", e["code"], e["message"])
@@ -374,7 +376,7 @@ func jsonEqual(a, b any) bool { return reflect.DeepEqual(a, b) }
 
 func brief(v any) string {
 	b, _ := json.Marshal(v)
-	return tail(string(b), 300)
+	return e2etest.Tail(string(b), 300)
 }
 
 // judge compares the direct run d with the run through taskgate g (and,

@@ -7,14 +7,39 @@
 // JSON-RPC, never sees an HTTP request and never renders an answer; it
 // imports neither fasthttp nor package proxy nor a wire package.
 //
+// # Its parts
+//
+// Each part is a type in its own file; the wire layers see Engine and its
+// two exported parts, Engine.Mail and Engine.Limits.
+//
+//	Engine      engine.go     its life: New, Close, Root, WaitRoot, Enter, Leave
+//	            tasks.go      create, start, read and cancel a task
+//	            wait.go       wait for a task's end (or its open questions)
+//	Mailbox     mailbox.go    a running call's messages, questions and answers
+//	Limits      limits.go     tool concurrency slots, the per-owner rate limit
+//	runners     runner.go     the runner goroutines: run a call, record its outcome
+//	supervisor  supervise.go  renew leases, see cancels, end calls at their deadline
+//	recoverer   recover.go    fail the tasks of runners that died (lease timing)
+//	Job         job.go        one running call; Upstream, Sender, Result
+//
+// Engine, Mailbox and Limits are safe for concurrent use (Mailbox.Progress
+// only from the goroutine reading the call's answer). A job's run happens
+// on its runner goroutine; the supervisor works on one loop goroutine and
+// a few workers; the recoverer on a goroutine of its own.
+//
+// Helpers: toolLimiter (limits.go) and rateLimiter (ratelimit.go) under
+// Limits, meteredStore (storemetrics.go) timing the store's operations
+// for Hooks.StoreOp, PollInterval (poll.go), lifeGroup (lifegroup.go).
+//
 // # What the engine does
 //
-//   - Create and Start: Reserve takes one of the tool's concurrency slots
-//     (policy maxConcurrent, per process) and makes the task id and the
-//     nonce of its upstream request. Create stores the task durably (with
-//     the per-owner cap, MaxTasksPerOwner, and the runner's first lease);
-//     only then does Start hand it to a runner, so a task a client learns
-//     of is always readable from any replica sharing the store.
+//   - Create and Start: Limits.Reserve takes one of the tool's
+//     concurrency slots (policy maxConcurrent, per process) and makes the
+//     task id and the nonce of its upstream request. Create stores the
+//     task durably (with the per-owner cap, MaxTasksPerOwner, and the
+//     runner's first lease); only then does Start hand it to a runner, so
+//     a task a client learns of is always readable from any replica
+//     sharing the store.
 //   - Runners: a pool of goroutines reused across jobs (a fresh goroutine
 //     would grow its stack on every task). A Job is one running call; its
 //     supervision starts only after the call has run for a moment (most
@@ -31,7 +56,7 @@
 //     (LeaseRenew, LeaseTTL, LeaseSkew, LeaseCheck).
 //   - Reads and waits: Get (which briefly holds a read of a young call
 //     running here, HoldYoungGet, so a client polling a short call learns
-//     of its end without a second poll), Outcome, List, LocalJob,
+//     of its end without a second poll), Task, Outcome, List, LocalJob,
 //     AwaitLocal (a call running here: its runner's memory, no store
 //     round trip), WaitTerminal (any call: a store subscription with
 //     re-reads, optionally delivering the task's queued messages through a
@@ -43,9 +68,9 @@
 //   - Sessions: Start records a call on its upstream session; EndSession
 //     defers the end of a session on which calls still run to the last
 //     call's runner (Upstream.CloseSession).
-//   - Messages: Progress (a throttled statusMessage), Enqueue (a message
-//     for the client, into the task's mailbox), Ask, AskFor and
-//     InputRequired (a question: pending for the owner, task
+//   - Messages (Engine.Mail): Progress (a throttled statusMessage),
+//     Enqueue (a message for the client, into the task's mailbox), Ask,
+//     AskFor and InputRequired (a question: pending for the owner, task
 //     input_required), Answer (a client's answer into the task's inbox,
 //     from any replica), TakeAnswers, Answered and Working (the runner's
 //     side), WatchOwner, DeliverQueued and DeliverAllQueued (a stream that
@@ -54,9 +79,10 @@
 //     ended unanswered). Open questions can also be kept as input requests
 //     readable from any replica (AddInputRequest, InputRequests,
 //     AnswerInputs), as the 2026-07-28 wire shows them.
-//   - Limits: Allow (the per-owner token bucket of task operations),
-//     LookupMiss (a miss costs more, which slows down id enumeration),
-//     Thrifty (an owner low on budget is told a longer poll interval).
+//   - Limits (Engine.Limits): Allow (the per-owner token bucket of task
+//     operations), LookupMiss (a miss costs more, which slows down id
+//     enumeration), Thrifty and ReportedPollInterval (an owner low on
+//     budget is told a longer poll interval), Reserve and ReleaseTool.
 //
 // # What the engine needs from a wire
 //
@@ -71,18 +97,19 @@
 //
 // # What the wire layers do
 //
-// Package proxy is the HTTP front. Its 2025-11-25 wire (tasks.go,
-// streams.go, sessions.go) parses tools/call's params.task and the
-// tasks/* requests, derives owners, renders CreateTaskResult, the flat
-// Task, tasks/result with the related-task _meta, notifications/tasks/
-// status, the SSE streams that carry a task's messages, and maps the
-// engine's errors to JSON-RPC errors. Its 2026-07-28 wire (modern*.go,
-// proxy/wire2026) renders the same stored tasks and raw outcomes in the
-// tasks extension's shapes. Both create, read, wait and cancel through one
-// Engine. The 2025-era upstream's call (a JSON or SSE answer, with the
-// upstream's notifications and questions on the way) and the 2026-era
-// upstream's (input rounds) live in proxy's taskUpstream, the Upstream
-// implementation.
+// Package proxy is the HTTP front; the wire eras are packages of their
+// own behind package proxy/wire. The 2025-11-25 era (proxy/wire/v20251125)
+// parses tools/call's params.task and the tasks/* requests, renders
+// CreateTaskResult, the flat Task, tasks/result with the related-task
+// _meta, notifications/tasks/status, the SSE streams that carry a task's
+// messages, and maps the engine's errors to JSON-RPC errors; the front
+// derives owners. The 2026-07-28 era (proxy/wire/v20260728) renders the
+// same stored tasks and raw outcomes in the tasks extension's shapes. Both
+// create, read, wait and cancel through one Engine. The Upstream
+// implementation is wire.Runner, which leaves each call to its era's
+// wire.Call: a 2025-era upstream's call (a JSON or SSE answer, with the
+// upstream's notifications and questions on the way) or a 2026-era
+// upstream's (input rounds).
 //
 // Store operations take the caller's context; the store bounds each one
 // itself (taskstore.Config.OpTimeout) when the context has no deadline, so

@@ -32,7 +32,7 @@ type Config struct {
 	// ListPageSize is the page size of List.
 	ListPageSize int
 	// TaskRate and TaskBurst are the per-owner token bucket of task
-	// operations (Allow): operations per second and bucket size. A rate
+	// operations (Limits.Allow): operations per second and bucket size. A rate
 	// <= 0 disables it.
 	TaskRate  float64
 	TaskBurst int
@@ -55,7 +55,7 @@ type Hooks struct {
 	CallDuration func(tool string, d time.Duration)
 	// Running adds delta to the count of calls running in this process.
 	Running func(delta int64)
-	// RateLimited counts a task operation refused by Allow.
+	// RateLimited counts a task operation refused by Limits.Allow.
 	RateLimited func()
 	// StoreOp observes one store operation of the engine (op: "create",
 	// "get", "finish", "cancel", "outcome", "list", "renew", "recover",
@@ -89,38 +89,42 @@ func (h *Hooks) duration(tool, status string, age time.Duration) {
 	}
 }
 
-// Engine runs this process's tasks. It is safe for concurrent use; Close
+// Engine runs this process's tasks: it creates, starts, reads, waits for
+// and cancels them (engine.go, tasks.go, wait.go). Its parts do the rest:
+// Mail carries the messages of running calls, Limits admits work, and,
+// unexported, the runners run the calls (runner.go), the supervisor
+// watches them while they run (supervise.go) and the recoverer fails the
+// tasks of dead runners (recover.go). It is safe for concurrent use; Close
 // stops it.
 type Engine struct {
-	cfg     Config
-	store   taskstore.Store
-	log     *zerolog.Logger
-	up      Upstream
-	sender  Sender // up, when it is one
-	hooks   Hooks
-	tools   toolLimiter
-	limiter *rateLimiter
+	// Mail carries the messages of running calls between their upstream
+	// and their client. New sets it; do not replace it.
+	Mail *Mailbox
+	// Limits holds the tool concurrency slots and the per-owner rate
+	// limit. New sets it; do not replace it.
+	Limits *Limits
+
+	cfg    Config
+	store  taskstore.Store
+	log    *zerolog.Logger
+	up     Upstream
+	sender Sender // up, when it is one
+	hooks  Hooks
 
 	// jobs holds this process's running task calls by task id, so a wait
 	// here on a call running here wakes when the runner settles it
 	// instead of through a store subscription.
 	jobs sync.Map
 
-	sup     *supervisor   // supervision of the running calls
-	runq    chan *Job     // idle runner goroutines receive jobs here (startJob)
-	closing chan struct{} // closed when Close starts: idle runners exit
-	// runnersStarted and runnersIdle count runner goroutines started and
-	// waiting for a job.
-	runnersStarted atomic.Int64
-	runnersIdle    atomic.Int32
-	root           context.Context
-	cancel         context.CancelFunc
-	wg             lifeGroup // runners (Add may race with Close's Wait)
-	streams        lifeGroup // the wires' result streams (Enter, Leave)
-	waitRoot       context.Context
-	cancelWaits    context.CancelFunc
-	bg             sync.WaitGroup // lease recovery and the supervisor's loop
-	closed         atomic.Bool
+	runs        runners     // the runner goroutines
+	sup         *supervisor // supervision of the running calls
+	root        context.Context
+	cancel      context.CancelFunc
+	streams     lifeGroup // the wires' result streams (Enter, Leave)
+	waitRoot    context.Context
+	cancelWaits context.CancelFunc
+	bg          sync.WaitGroup // lease recovery and the supervisor's loop
+	closed      atomic.Bool
 }
 
 // New returns an Engine that stores tasks in store and runs their calls
@@ -129,19 +133,24 @@ func New(cfg Config, store taskstore.Store, log *zerolog.Logger, up Upstream, ho
 	if hooks.StoreOp != nil {
 		store = &meteredStore{Store: store, obs: hooks.StoreOp}
 	}
-	e := &Engine{cfg: cfg, store: store, log: log, up: up, hooks: hooks,
-		limiter: newRateLimiter(cfg.TaskRate, cfg.TaskBurst, 65536)}
+	e := &Engine{cfg: cfg, store: store, log: log, up: up, hooks: hooks}
+	e.Limits = &Limits{rate: newRateLimiter(cfg.TaskRate, cfg.TaskBurst, 65536), hooks: &e.hooks}
+	e.Mail = &Mailbox{store: store, queueMax: cfg.QueueMax, logAt: e.logAt}
 	// The root's cause reaches every running call (their contexts derive
 	// from it): context.Cause tells a shutdown from a client's cancel.
 	root, cancelRoot := context.WithCancelCause(context.Background())
 	e.root, e.cancel = root, func() { cancelRoot(ErrShutdown) }
 	waitRoot, cancelWaits := context.WithCancelCause(context.Background())
 	e.waitRoot, e.cancelWaits = waitRoot, func() { cancelWaits(ErrShutdown) }
-	e.runq, e.closing = make(chan *Job), make(chan struct{})
+	e.runs = runners{e: e, q: make(chan *Job), closing: make(chan struct{})}
 	e.sender, _ = up.(Sender)
 	e.sup = newSupervisor(e)
+	rec := &recoverer{store: store, lease: cfg.Lease, log: log, hooks: &e.hooks}
 	e.bg.Add(2)
-	go e.recoverLoop()
+	go func() {
+		defer e.bg.Done()
+		rec.loop(e.root)
+	}()
 	go e.sup.loop()
 	return e
 }
@@ -193,8 +202,8 @@ func (e *Engine) Close(ctx context.Context) error {
 	if e.closed.Swap(true) {
 		return nil
 	}
-	close(e.closing)
-	runners := waitChan(&e.wg)
+	close(e.runs.closing)
+	runners := waitChan(&e.runs.wg)
 	select {
 	case <-runners:
 	case <-ctx.Done():
@@ -236,73 +245,14 @@ func waitChan(g *lifeGroup) <-chan struct{} {
 }
 
 // RunnersStarted is the number of runner goroutines started so far.
-func (e *Engine) RunnersStarted() int64 { return e.runnersStarted.Load() }
+func (e *Engine) RunnersStarted() int64 { return e.runs.started.Load() }
 
 // RunnersIdle is the number of runner goroutines waiting for a job.
-func (e *Engine) RunnersIdle() int { return int(e.runnersIdle.Load()) }
+func (e *Engine) RunnersIdle() int { return int(e.runs.idle.Load()) }
 
 // SetHold changes HoldFor and HoldYoung (tests; before any task runs).
 func (e *Engine) SetHold(holdFor, holdYoung time.Duration) {
 	e.cfg.HoldFor, e.cfg.HoldYoung = holdFor, holdYoung
-}
-
-// Lease timing, all derived from Config.Lease (L). A runner renews its
-// task's lease every LeaseRenew (L/5), each time to LeaseTTL (L/2) ahead.
-// Every process checks every LeaseCheck (L/4) and fails a task whose lease
-// ended more than LeaseSkew (L/4, the allowance for clock differences
-// between hosts) ago. A runner that dies right after a renewal leaves a
-// lease ending L/2 later; the first check more than L/4 after that comes
-// at most L/4 later still: the task fails at most L after the last
-// renewal, so at most L after the death (and at least 0.55 L after it). A
-// live runner loses its task only when none of its renewals reached the
-// store for 3L/4 (11.25 s by default: three attempts of StoreTimeout).
-func LeaseRenew(l time.Duration) time.Duration { return l / 5 }
-
-// LeaseTTL is how far ahead a lease is set (see LeaseRenew).
-func LeaseTTL(l time.Duration) time.Duration { return l / 2 }
-
-// LeaseSkew is the clock allowance of lease recovery (see LeaseRenew).
-func LeaseSkew(l time.Duration) time.Duration { return l / 4 }
-
-// LeaseCheck is the interval of lease recovery (see LeaseRenew).
-func LeaseCheck(l time.Duration) time.Duration { return l / 4 }
-
-// MsgLeaseLost is the statusMessage of a task whose runner vanished.
-const MsgLeaseLost = "the taskgate process running this call stopped (its lease expired); the call's outcome is lost — call the tool again"
-
-// recoverLoop fails tasks whose runner (in any process sharing the store)
-// stopped renewing its lease, at start and every LeaseCheck.
-func (e *Engine) recoverLoop() {
-	defer e.bg.Done()
-	t := time.NewTicker(LeaseCheck(e.cfg.Lease))
-	defer t.Stop()
-	for {
-		func() {
-			defer func() {
-				if p := recover(); p != nil {
-					e.log.Error().Interface("panic", p).Msg("lease recovery panicked")
-				}
-			}()
-			lost, err := e.store.Recover(e.root, LeaseSkew(e.cfg.Lease), MsgLeaseLost)
-			if err != nil && e.root.Err() == nil {
-				e.log.Warn().Err(err).Msg("lease recovery failed")
-			}
-			for _, t := range lost {
-				e.hooks.event("lost", t.Tool)
-				e.hooks.duration(t.Tool, "lost", time.Since(t.CreatedAt))
-				e.log.Warn().Str(logTaskID, t.ID).Str(logOwner, t.Owner).Str("runner", t.Runner).
-					Msg("task failed: its runner stopped renewing the lease")
-				if e.hooks.Lost != nil {
-					e.hooks.Lost(&t)
-				}
-			}
-		}()
-		select {
-		case <-e.root.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // Why a runner's call ended early (context.Cause of its context).

@@ -96,7 +96,7 @@ var testSettings = policy.Settings{Timeout: time.Minute, PollInterval: time.Seco
 // start creates and starts a task of tool for owner.
 func (e *testEngine) start(t *testing.T, owner, tool string, st policy.Settings) (*Job, error) {
 	t.Helper()
-	id, nonce, err := e.Reserve(tool, st)
+	id, nonce, err := e.Limits.Reserve(tool, st)
 	if err != nil {
 		return nil, err
 	}
@@ -214,10 +214,10 @@ func TestEngineLimits(t *testing.T) {
 		t.Fatalf("third unfinished task = %v, want ErrOwnerLimit", err)
 	}
 	// The refused creation gave its tool slot back.
-	if _, _, err := e.Reserve("single2", one); err != nil {
+	if _, _, err := e.Limits.Reserve("single2", one); err != nil {
 		t.Fatalf("Reserve after a refused creation = %v", err)
 	}
-	e.ReleaseTool("single2")
+	e.Limits.ReleaseTool("single2")
 	close(release)
 	<-j1.Settled()
 	<-j2.Settled()
@@ -250,8 +250,8 @@ func TestEngineQuestionAndAnswer(t *testing.T) {
 	}
 	var e *testEngine
 	up.answers = func(ctx context.Context, j *Job) {
-		if as := e.TakeAnswers(ctx, j); len(as) > 0 {
-			e.Answered(ctx, j, len(as))
+		if as := e.Mail.TakeAnswers(ctx, j); len(as) > 0 {
+			e.Mail.Answered(ctx, j, len(as))
 			answered <- as[0]
 		}
 	}
@@ -276,10 +276,10 @@ func TestEngineQuestionAndAnswer(t *testing.T) {
 		tk, err := e.Task(context.Background(), "alice", j.Task.ID)
 		return err == nil && tk.Status == taskstore.InputRequired
 	}, "input_required")
-	if _, err := e.Answer(context.Background(), "alice", "grp", "q1", []byte(`42`)); err != nil {
+	if _, err := e.Mail.Answer(context.Background(), "alice", "grp", "q1", []byte(`42`)); err != nil {
 		t.Fatalf("Answer: %v", err)
 	}
-	if _, err := e.Answer(context.Background(), "alice", "grp", "q1", []byte(`43`)); !errors.Is(err, taskstore.ErrNotFound) {
+	if _, err := e.Mail.Answer(context.Background(), "alice", "grp", "q1", []byte(`43`)); !errors.Is(err, taskstore.ErrNotFound) {
 		t.Errorf("second answer = %v, want ErrNotFound (the first answer wins)", err)
 	}
 	if err := <-waitDone; err != nil || final.Status != taskstore.Completed {
@@ -296,10 +296,10 @@ func TestEngineQuestionAndAnswer(t *testing.T) {
 
 // ask is the fake call's question: pending as q1 in mailbox grp, queued.
 func (u *fakeUpstream) ask(ctx context.Context, j *Job) error {
-	if err := u.eng.Ask(ctx, j, "grp", "q1", "elicitation/create"); err != nil {
+	if err := u.eng.Mail.Ask(ctx, j, "grp", "q1", "elicitation/create"); err != nil {
 		return err
 	}
-	u.eng.Enqueue(ctx, j, taskstore.KindRequest, []byte(`{"q":1}`), "elicitation/create")
+	u.eng.Mail.Enqueue(ctx, j, taskstore.KindRequest, []byte(`{"q":1}`), "elicitation/create")
 	return nil
 }
 
@@ -307,14 +307,14 @@ func (u *fakeUpstream) ask(ctx context.Context, j *Job) error {
 func TestEngineRateLimit(t *testing.T) {
 	e := newTestEngine(t, Config{TaskRate: 0.001, TaskBurst: 2}, &fakeUpstream{})
 	for i := range 2 {
-		if ok, _ := e.Allow("alice"); !ok {
+		if ok, _ := e.Limits.Allow("alice"); !ok {
 			t.Fatalf("operation %d refused within the burst", i)
 		}
 	}
-	if ok, wait := e.Allow("alice"); ok || wait <= 0 {
+	if ok, wait := e.Limits.Allow("alice"); ok || wait <= 0 {
 		t.Fatalf("operation over the burst = %v, %v; want refused with a wait", ok, wait)
 	}
-	if ok, _ := e.Allow("bob"); !ok {
+	if ok, _ := e.Limits.Allow("bob"); !ok {
 		t.Fatal("another owner refused")
 	}
 }

@@ -2,9 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,7 +28,7 @@ type Upstream interface {
 	// (a cancel, the policy timeout, the task's expiry, shutdown).
 	Stopped(j *Job, reason string)
 	// Answers hands the client's answers waiting in j's inbox to the
-	// call (see TakeAnswers), when the supervisor was woken.
+	// call (see Mailbox.TakeAnswers), when the supervisor was woken.
 	Answers(ctx context.Context, j *Job)
 	// CloseSession ends j's upstream session: j was the last call on a
 	// session its client had ended.
@@ -156,22 +153,6 @@ func (l JobLog) Warn() *zerolog.Event { return l.with(l.l.Warn()) }
 // Error starts an error line of the task.
 func (l JobLog) Error() *zerolog.Event { return l.with(l.l.Error()) }
 
-// init makes j the job of a created task.
-func (e *Engine) initJob(j *Job, t *taskstore.Task, st policy.Settings, call any, session, upSession string) {
-	j.Task, j.Settings, j.Call, j.Session, j.UpSession = t, st, call, session, upSession
-	j.settled = make(chan struct{})
-	j.Log = JobLog{l: e.log, taskID: t.ID, tool: t.Tool}
-	j.deadline, j.deadlineCause = t.CreatedAt.Add(st.Timeout), ErrTimeout
-	if exp := t.ExpiresAt(); exp.Before(j.deadline) {
-		j.deadline, j.deadlineCause = exp, ErrExpired
-	}
-	ctx := e.root
-	if e.hooks.CallContext != nil {
-		ctx = e.hooks.CallContext(j, ctx)
-	}
-	j.ctx, j.cancel = context.WithCancelCause(ctx)
-}
-
 // Settled returns a channel closed once the runner has nothing more to
 // record (see Final).
 func (j *Job) Settled() <-chan struct{} { return j.settled }
@@ -210,232 +191,5 @@ func (j *Job) changes() <-chan struct{} {
 	return j.wake
 }
 
-// startJob runs j on an idle runner goroutine, or on a new one. Runner
-// goroutines are reused: a fresh goroutine grows its stack (copying it)
-// on the way through the upstream call and the store, for every task.
-func (e *Engine) startJob(j *Job) {
-	select {
-	case e.runq <- j:
-		return
-	default:
-	}
-	if e.runnersIdle.Load() > 0 {
-		// A runner counts itself idle just before it waits on runq: give
-		// it a moment to get there rather than start another goroutine.
-		// The bound covers a runner whose idle timer fires meanwhile.
-		wait := time.NewTimer(handOverWait)
-		select {
-		case e.runq <- j:
-			wait.Stop()
-			return
-		case <-wait.C:
-		}
-	}
-	e.wg.Add(1)
-	e.runnersStarted.Add(1)
-	go e.runner(j)
-}
-
-// handOverWait bounds startJob's wait for a runner that counted itself
-// idle and is about to wait for a job.
-const handOverWait = time.Millisecond
-
-// runnerIdle is how long a runner goroutine waits for another job.
-const runnerIdle = 10 * time.Second
-
-// runner runs j, then further jobs handed to it by startJob until it has
-// been idle for runnerIdle or the engine closes.
-func (e *Engine) runner(j *Job) {
-	defer e.wg.Done()
-	var idle *time.Timer // made after the first job: a call may run for minutes
-	defer func() {
-		if idle != nil {
-			idle.Stop()
-		}
-	}()
-	for {
-		e.run(j)
-		if idle == nil {
-			idle = time.NewTimer(runnerIdle)
-		} else {
-			idle.Reset(runnerIdle)
-		}
-		e.runnersIdle.Add(1)
-		select {
-		case j = <-e.runq:
-			e.runnersIdle.Add(-1)
-		case <-idle.C:
-			e.runnersIdle.Add(-1)
-			return
-		case <-e.closing:
-			e.runnersIdle.Add(-1)
-			return
-		}
-	}
-}
-
 // settle closes j.settled (once).
 func (j *Job) settle() { j.settleOnce.Do(func() { close(j.settled) }) }
-
-// run executes a task's upstream call and records its outcome. It is the
-// only writer of the task's terminal state besides a cancel and lease
-// recovery; the store settles races (a late outcome after a cancel is
-// dropped).
-//
-// The call blocks on the upstream for as long as it runs (minutes, for
-// thousands of calls at once), with this goroutine's stack below it: run
-// and call keep their frames small (the cleanup, the outcome and panics
-// are handled in functions of their own), so the stack of a waiting
-// runner stays within what the garbage collector shrinks it to.
-func (e *Engine) run(j *Job) {
-	defer e.runEnded(j)
-	e.begin(j)
-	if e.sender != nil && !e.send(j) {
-		e.sender.Wait(j)
-	}
-	e.conclude(j, e.call(j))
-}
-
-// begin starts j's run: the upstream's preparation, supervision.
-func (e *Engine) begin(j *Job) {
-	if e.hooks.Running != nil {
-		e.hooks.Running(1)
-	}
-	e.up.Begin(j)
-	e.sup.add(j)
-}
-
-// send sends j's request (Sender); it reports whether sending panicked
-// (the task then fails like a panic in Call).
-func (e *Engine) send(j *Job) (panicked bool) {
-	defer func() {
-		if p := recover(); p != nil {
-			j.Log.Error().Interface("panic", p).Bytes("stack", debug.Stack()).Msg("task runner panicked")
-			j.sendPanicked = true
-			panicked = true
-		}
-	}()
-	e.sender.Send(j.ctx, j)
-	return false
-}
-
-// runEnded releases what run held for j.
-func (e *Engine) runEnded(j *Job) {
-	t := j.Task
-	j.cancel(nil)
-	j.settle()
-	e.jobs.Delete(t.ID)
-	if e.hooks.Running != nil {
-		e.hooks.Running(-1)
-	}
-	e.tools.release(t.Tool)
-	e.endSessionTask(j)
-	e.up.Ended(j)
-}
-
-// call runs j's upstream call; a panic of the upstream's code fails the
-// task.
-func (e *Engine) call(j *Job) (res Result) {
-	if j.sendPanicked {
-		return panicResult
-	}
-	defer e.recoverCall(j, &res)
-	callStart := time.Now()
-	res = e.up.Call(j.ctx, j)
-	if e.hooks.CallDuration != nil {
-		e.hooks.CallDuration(j.Task.Tool, time.Since(callStart))
-	}
-	return res
-}
-
-// recoverCall, deferred by call, turns a panic into a failed outcome.
-func (e *Engine) recoverCall(j *Job, res *Result) {
-	if p := recover(); p != nil {
-		j.Log.Error().Interface("panic", p).Bytes("stack", debug.Stack()).Msg("task runner panicked")
-		*res = panicResult
-	}
-}
-
-// panicResult is the outcome of a call whose upstream code panicked.
-var panicResult = Result{Status: taskstore.Failed, Message: "taskgate internal error while running the call", Outcome: taskstore.Outcome{Kind: taskstore.OutcomeInternal}}
-
-// conclude ends j's supervision and records the outcome of its call, or
-// what its context's cause says instead.
-func (e *Engine) conclude(j *Job, res Result) {
-	t := j.Task
-	cause := context.Cause(j.ctx)
-	e.sup.stop(j)
-
-	switch {
-	case errors.Is(cause, ErrCancelledByClient):
-		j.settle() // the task is cancelled in the store already
-		e.up.Stopped(j, "cancelled by the client through tasks/cancel")
-		j.Log.Info().Msg("task call aborted after cancel")
-		return
-	case errors.Is(cause, ErrExpired):
-		j.settle() // the task is gone from the store
-		e.up.Stopped(j, "task ttl passed")
-		e.hooks.event("expired", t.Tool)
-		j.Log.Info().Msg("task expired while running; upstream call cancelled")
-		return
-	case errors.Is(cause, ErrTimeout):
-		e.up.Stopped(j, "taskgate policy timeout")
-		res = Result{Status: taskstore.Failed, Outcome: taskstore.Outcome{Kind: taskstore.OutcomeInternal},
-			Message: fmt.Sprintf("upstream call exceeded the policy timeout of %s and was cancelled", j.Settings.Timeout)}
-	case errors.Is(cause, ErrShutdown):
-		e.up.Stopped(j, "taskgate shutting down")
-		res = Result{Status: taskstore.Failed, Outcome: taskstore.Outcome{Kind: taskstore.OutcomeInternal},
-			Message: "taskgate shut down before the upstream call finished; the call was cancelled"}
-	}
-	e.finish(j, res)
-}
-
-// watchDelay is how long a call runs before its supervision starts and
-// subscribes to the task's events (cancels and client answers).
-const watchDelay = 250 * time.Millisecond
-
-// finishRetryFor bounds how long a runner keeps trying to record an outcome.
-const finishRetryFor = 2 * time.Minute
-
-// finish records the outcome. While the store is unreachable (a Redis
-// restart) it retries with backoff until the task would have expired or
-// finishRetryFor passed, so an outcome survives a short outage.
-func (e *Engine) finish(j *Job, res Result) {
-	var err error
-	t := j.Task
-	deadline := time.Now().Add(finishRetryFor)
-	if exp := t.ExpiresAt(); exp.Before(deadline) {
-		deadline = exp
-	}
-	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 2*time.Second) {
-		var ft *taskstore.Task
-		// The call's values (its trace span), not its cancellation: the
-		// outcome is recorded after a cancel or at shutdown too.
-		ft, err = e.store.Finish(context.WithoutCancel(j.ctx), t.Owner, t.ID, res.Status, res.Message, res.Outcome)
-		if err == nil {
-			j.finalTask, j.finalOut = ft, &res.Outcome
-		}
-		if e.root.Err() != nil && deadline.After(time.Now().Add(e.cfg.StoreTimeout)) {
-			deadline = time.Now().Add(e.cfg.StoreTimeout) // shutting down: do not hold it up
-		}
-		if !errors.Is(err, taskstore.ErrUnavailable) || time.Now().Add(backoff).After(deadline) {
-			break
-		}
-		j.Log.Warn().Err(err).Stringer("retry_in", backoff).Msg("task store unavailable; retrying to record the outcome")
-		time.Sleep(backoff) // backoff between store retries, not synchronisation
-	}
-	switch {
-	case err == nil:
-		e.hooks.event(string(res.Status), t.Tool)
-		e.hooks.duration(t.Tool, string(res.Status), time.Since(t.CreatedAt))
-		j.Log.Info().Str("status", string(res.Status)).Str("status_message", res.Message).Msg("task finished")
-	case errors.Is(err, taskstore.ErrTerminal):
-		e.hooks.event("dropped", t.Tool)
-		j.Log.Info().Msg("late upstream outcome dropped: task already terminal")
-	case errors.Is(err, taskstore.ErrNotFound):
-		e.hooks.event("dropped", t.Tool)
-		j.Log.Info().Msg("upstream outcome dropped: task expired")
-	default:
-		j.Log.Error().Err(err).Msg("recording the task outcome failed; lease recovery will fail the task")
-	}
-}

@@ -16,20 +16,33 @@ var ErrToolBusy = errors.New("engine: the tool runs its maximum of concurrent ta
 // ErrNoID: making a task id failed.
 var ErrNoID = errors.New("engine: generating a task id failed")
 
+// Limits is the engine's admission control: the per-tool concurrency
+// slots of this process (policy maxConcurrent; Reserve, ReleaseTool) and
+// the per-owner token bucket of task operations (Allow, LookupMiss,
+// Thrifty), which also shapes the poll interval an owner is told
+// (ReportedPollInterval). New makes it (Engine.Limits); it is safe for
+// concurrent use.
+type Limits struct {
+	tools toolLimiter
+	rate  *rateLimiter
+	hooks *Hooks // the engine's
+}
+
 // Reserve takes one of tool's concurrency slots (policy maxConcurrent)
 // and makes a new task's id and the random nonce of its upstream request,
 // which is separate from the task id the client knows. On an error
 // (ErrToolBusy, ErrNoID) it holds nothing; else the slot is the task's
-// until its run ends (or Create fails, or ReleaseTool gives it back).
-func (e *Engine) Reserve(tool string, st policy.Settings) (id, upNonce string, err error) {
-	if !e.tools.acquire(tool, st.MaxConcurrent) {
-		e.hooks.event("refused", tool)
+// until its run ends (or Engine.Create fails, or ReleaseTool gives it
+// back).
+func (l *Limits) Reserve(tool string, st policy.Settings) (id, upNonce string, err error) {
+	if !l.tools.acquire(tool, st.MaxConcurrent) {
+		l.hooks.event("refused", tool)
 		return "", "", ErrToolBusy
 	}
 	id, err1 := taskstore.NewID()
 	upNonce, err2 := taskstore.NewID()
 	if errors.Join(err1, err2) != nil {
-		e.tools.release(tool)
+		l.tools.release(tool)
 		return "", "", ErrNoID
 	}
 	return id, upNonce, nil
@@ -37,16 +50,16 @@ func (e *Engine) Reserve(tool string, st policy.Settings) (id, upNonce string, e
 
 // ReleaseTool gives back a slot Reserve took, for a task that will not be
 // created.
-func (e *Engine) ReleaseTool(tool string) { e.tools.release(tool) }
+func (l *Limits) ReleaseTool(tool string) { l.tools.release(tool) }
 
 // Allow applies the per-owner rate limit to one task operation. When
 // over it, it returns false and how long until the owner may go on.
-func (e *Engine) Allow(owner string) (bool, time.Duration) {
-	ok, wait := e.limiter.allow(owner, 1)
+func (l *Limits) Allow(owner string) (bool, time.Duration) {
+	ok, wait := l.rate.allow(owner, 1)
 	if !ok {
-		e.hooks.event("rate_limited", "")
-		if e.hooks.RateLimited != nil {
-			e.hooks.RateLimited()
+		l.hooks.event("rate_limited", "")
+		if l.hooks.RateLimited != nil {
+			l.hooks.RateLimited()
 		}
 	}
 	return ok, wait
@@ -55,17 +68,23 @@ func (e *Engine) Allow(owner string) (bool, time.Duration) {
 // LookupMiss records that owner looked up a task that does not exist (or
 // is not theirs): it counts the miss and charges the owner's rate limit
 // the extra cost of a miss, which slows down id enumeration.
-func (e *Engine) LookupMiss(owner string) {
-	e.hooks.event("lookup_miss", "")
+func (l *Limits) LookupMiss(owner string) {
+	l.hooks.event("lookup_miss", "")
 	if owner != "" {
-		e.limiter.charge(owner, missCost-1)
+		l.rate.charge(owner, missCost-1)
 	}
 }
 
 // Thrifty reports whether owner has spent more than half of its rate-limit
 // burst: a wire then tells it the policy's pollInterval rather than the
 // short one of a young task.
-func (e *Engine) Thrifty(owner string) bool { return e.limiter.low(owner) }
+func (l *Limits) Thrifty(owner string) bool { return l.rate.low(owner) }
+
+// ReportedPollInterval is the pollInterval t reports now to its owner
+// (PollInterval, thrifty when the owner runs low on its rate-limit budget).
+func (l *Limits) ReportedPollInterval(t *taskstore.Task) time.Duration {
+	return PollInterval(t, time.Now(), l.Thrifty(t.Owner))
+}
 
 // toolLimiter counts running background calls per tool in this process
 // (policy maxConcurrent protects the upstream this sidecar fronts).

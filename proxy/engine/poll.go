@@ -24,7 +24,7 @@ import (
 // owner that has spent more than half of its rate-limit burst is told at
 // least PollThrifty (or the bound, when smaller): a client that follows the
 // short intervals of many young tasks at once would otherwise run into the
-// rate limit (Thrifty). Both wires report it (pollInterval,
+// rate limit (Limits.Thrifty). Both wires report it (pollInterval,
 // pollIntervalMs).
 const (
 	PollMin     = 100 * time.Millisecond
@@ -45,10 +45,4 @@ func PollInterval(t *taskstore.Task, now time.Time, thrifty bool) time.Duration 
 		d = max(d, PollThrifty)
 	}
 	return max(min(d, bound).Truncate(time.Millisecond), time.Millisecond)
-}
-
-// ReportedPollInterval is the pollInterval t reports now to its owner
-// (PollInterval, thrifty when the owner runs low on its rate-limit budget).
-func (e *Engine) ReportedPollInterval(t *taskstore.Task) time.Duration {
-	return PollInterval(t, time.Now(), e.Thrifty(t.Owner))
 }

@@ -22,8 +22,10 @@ import (
 // reach the store together (a Redis store sends concurrent renewals in one
 // pipeline).
 //
-// Lock order: a store's wake-up calls into the supervisor under the
-// store's lock, so the supervisor never calls the store with mu held.
+// Its methods are safe for concurrent use (mu guards the heap, the work
+// queue and every job's supState). Lock order: a store's wake-up calls
+// into the supervisor under the store's lock, so the supervisor never
+// calls the store with mu held.
 type supervisor struct {
 	e    *Engine
 	mu   sync.Mutex
@@ -33,6 +35,10 @@ type supervisor struct {
 	workers int
 	kick    chan struct{} // capacity 1: the heap's head moved earlier
 }
+
+// watchDelay is how long a call runs before its supervision starts and
+// subscribes to the task's events (cancels and client answers).
+const watchDelay = 250 * time.Millisecond
 
 // supervisionWorkers bounds the goroutines running supervision work
 // (store wake-ups, re-reads, renewals, answers handed upstream) at once.

@@ -9,7 +9,7 @@ import (
 	"github.com/taskgate/taskgate/taskstore"
 )
 
-// Create durably stores t, a new working task whose tool slot Reserve
+// Create durably stores t, a new working task whose tool slot Limits.Reserve
 // took, with its runner's first lease, and makes j its job (call is the
 // wire's value for it, session and upSession as in Job). Start then runs
 // it. When storing fails it gives back the tool slot and returns the
@@ -22,7 +22,7 @@ import (
 func (e *Engine) Create(ctx context.Context, j *Job, t *taskstore.Task, st policy.Settings, call any, session, upSession string) error {
 	err := e.store.Create(ctx, t, taskstore.CreateOptions{MaxPerOwner: max(e.cfg.MaxTasksPerOwner, 0), Lease: LeaseTTL(e.cfg.Lease)})
 	if err != nil {
-		e.tools.release(t.Tool)
+		e.Limits.ReleaseTool(t.Tool)
 		e.hooks.event("refused", t.Tool)
 		if !errors.Is(err, taskstore.ErrOwnerLimit) {
 			e.logAt(ctx).Error().Err(err).Str(logTool, t.Tool).Msg("creating a task failed")
@@ -31,7 +31,7 @@ func (e *Engine) Create(ctx context.Context, j *Job, t *taskstore.Task, st polic
 		return err
 	}
 	e.hooks.event("created", t.Tool)
-	e.initJob(j, t, st, call, session, upSession)
+	e.runs.prepare(j, t, st, call, session, upSession)
 	return nil
 }
 
@@ -40,9 +40,9 @@ func (e *Engine) Create(ctx context.Context, j *Job, t *taskstore.Task, st polic
 // task exists. Without this the task would sit until lease recovery
 // failed it.
 func (e *Engine) abandonCreate(t *taskstore.Task) {
-	e.wg.Add(1)
+	e.runs.wg.Add(1)
 	go func() {
-		defer e.wg.Done()
+		defer e.runs.wg.Done()
 		_, _ = e.store.Finish(context.Background(), t.Owner, t.ID, taskstore.Failed,
 			"task creation timed out; the call was not started", taskstore.Outcome{Kind: taskstore.OutcomeInternal})
 	}()
@@ -52,9 +52,9 @@ func (e *Engine) abandonCreate(t *taskstore.Task) {
 // end of the session waits for it), registers it as running here and
 // hands it to a runner.
 func (e *Engine) Start(j *Job) {
-	e.startSessionTask(j)
+	e.runs.startSessionTask(j)
 	e.jobs.Store(j.Task.ID, j)
-	e.startJob(j)
+	e.runs.start(j)
 }
 
 // LocalJob returns the job running taskID in this process if it belongs
@@ -80,6 +80,11 @@ func (e *Engine) Get(ctx context.Context, owner, taskID string) (*taskstore.Task
 	if t := e.HoldYoungGet(owner, taskID); t != nil {
 		return t, nil
 	}
+	return e.store.Get(ctx, owner, taskID)
+}
+
+// Task reads owner's task taskID from the store (no hold; see Get).
+func (e *Engine) Task(ctx context.Context, owner, taskID string) (*taskstore.Task, error) {
 	return e.store.Get(ctx, owner, taskID)
 }
 
@@ -116,6 +121,17 @@ func (e *Engine) Cancel(ctx context.Context, owner, taskID, msg string, timed bo
 	return t, nil
 }
 
+// Withdraw cancels j's task with statusMessage msg and aborts its call,
+// without counting it as a client's cancel: nobody but the engine knew of
+// the task (a held call whose client never came back).
+func (e *Engine) Withdraw(ctx context.Context, j *Job, msg string) error {
+	if _, err := e.store.Cancel(ctx, j.Task.Owner, j.Task.ID, msg); err != nil {
+		return err
+	}
+	j.cancel(ErrCancelledByClient)
+	return nil
+}
+
 // CancelOwnerTasks cancels owner's unfinished tasks with statusMessage
 // msg (and aborts those running here). Failures are logged: the end of
 // the session that owned them fails their calls anyway.
@@ -148,20 +164,6 @@ func (e *Engine) CancelOwnerTasks(owner, msg string) {
 	}
 }
 
-// startSessionTask records j's call on its upstream session, so that the
-// client's end of the session waits for it. The call's deadline is the
-// earlier of the policy timeout and the task's expiry.
-func (e *Engine) startSessionTask(j *Job) {
-	if j.UpSession == "" {
-		return
-	}
-	if err := e.store.StartSessionTask(e.root, j.UpSession, j.Task.ID, j.deadline); err != nil {
-		// The session then closes without waiting for this call.
-		j.Log.Warn().Err(err).Msg("recording the task on its session failed")
-		j.UpSession = ""
-	}
-}
-
 // EndSession records that the client ended upstream session sess (its
 // store key). When task calls still run on it, the session is marked
 // closing and deferred is true: the runner of the last call has the
@@ -169,20 +171,4 @@ func (e *Engine) startSessionTask(j *Job) {
 // gone and the caller ends the session upstream itself.
 func (e *Engine) EndSession(ctx context.Context, sess string) (deferred bool, err error) {
 	return e.store.CloseSession(ctx, sess)
-}
-
-// endSessionTask removes j's call from its session and, when it was the
-// last call of a session its client ended, has the upstream end it.
-func (e *Engine) endSessionTask(j *Job) {
-	if j.UpSession == "" {
-		return
-	}
-	closeNow, err := e.store.EndSessionTask(context.Background(), j.UpSession, j.Task.ID)
-	if err != nil {
-		j.Log.Warn().Err(err).Msg("removing the task from its session failed; the session closes at the call's deadline")
-		return
-	}
-	if closeNow {
-		e.up.CloseSession(j)
-	}
 }

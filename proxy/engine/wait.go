@@ -230,8 +230,8 @@ func (e *Engine) HoldYoungGet(owner, taskID string) *taskstore.Task {
 
 // WaitTerminalOrInput waits, through the store, until owner's task taskID
 // (a call running on any process) has ended or has an open question
-// recorded with AddInputRequest, and returns the task and its outcome, or
-// its open questions. Adding a question and changing the task both wake
+// recorded with Mailbox.AddInputRequest, and returns the task and its
+// outcome, or its open questions. Adding a question and changing the task both wake
 // the task's watchers; the task is also re-read every recheckInterval in
 // case a wake-up was lost.
 func (e *Engine) WaitTerminalOrInput(ctx context.Context, owner, taskID string) (*taskstore.Task, *taskstore.Outcome, []taskstore.InputRequest, error) {

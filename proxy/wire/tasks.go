@@ -28,7 +28,7 @@ const (
 // (P-07, E-45). Both wires call it. When either fails it answers the client
 // and returns ok false, holding nothing.
 func (f *Front) ReserveTaskCall(rc *fasthttp.RequestCtx, info *Info, env *Envelope, tool string, st policy.Settings) (id, upNonce string, ok bool) {
-	id, upNonce, err := f.Eng.Reserve(tool, st)
+	id, upNonce, err := f.Eng.Limits.Reserve(tool, st)
 	switch {
 	case errors.Is(err, engine.ErrToolBusy):
 		RPCError(rc, info, env.ID, NewError(CodeInternalError, fmt.Sprintf(
@@ -77,7 +77,7 @@ func (f *Front) StoreTask(rc *fasthttp.RequestCtx, info *Info, env *Envelope, j 
 // AllowTaskOp applies the per-owner rate limit (T-77); over it the caller
 // gets -32603 naming the limit and a Retry-After header.
 func (f *Front) AllowTaskOp(rc *fasthttp.RequestCtx, info *Info, id []byte, owner string) bool {
-	ok, wait := f.Eng.Allow(owner)
+	ok, wait := f.Eng.Limits.Allow(owner)
 	if ok {
 		return true
 	}
@@ -94,7 +94,7 @@ func (f *Front) StoreError(rc *fasthttp.RequestCtx, info *Info, id []byte, err e
 	switch {
 	case errors.Is(err, taskstore.ErrNotFound):
 		owner, _ := f.Owner(&rc.Request.Header)
-		f.Eng.LookupMiss(owner) // E-42: misses cost more
+		f.Eng.Limits.LookupMiss(owner) // E-42: misses cost more
 		RPCError(rc, info, id, NewError(CodeInvalidParams, MsgTaskNotFound))
 	case errors.Is(err, taskstore.ErrTerminal):
 		RPCError(rc, info, id, NewError(CodeInvalidParams, "taskgate: task already finished"))

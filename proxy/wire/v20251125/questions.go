@@ -111,7 +111,7 @@ func noteQuestion(qs []openQuestion, taskID string, msg []byte) []openQuestion {
 func (w *Wire) redeliverOpen(owner string, qs []openQuestion) {
 	group := wire.StreamGroup(owner)
 	for _, q := range qs {
-		if w.Eng.Redeliver(owner, group, q.taskID, q.qid, q.msg) {
+		if w.Eng.Mail.Redeliver(owner, group, q.taskID, q.qid, q.msg) {
 			w.Log.Debug().Str(wire.LogTaskID, q.taskID).Msg("stream ended before its question was answered; queued again")
 		}
 	}

@@ -69,14 +69,14 @@ func (w *Wire) relayNotification(ctx context.Context, j *wire.Job, env *wire.Env
 	kind := taskstore.KindNotification
 	if env.Method == wire.MethodProgress {
 		kind = taskstore.KindProgress
-		w.Eng.Progress(ctx, &j.Job, wire.ProgressText(env.Params))
+		w.Eng.Mail.Progress(ctx, &j.Job, wire.ProgressText(env.Params))
 	}
 	out, err := withRelatedTaskParams(msg, j.Task.ID)
 	if err != nil {
 		j.Log.Warn().Err(err).Str(wire.LogRPCMethod, env.Method).Msg("dropping a malformed upstream notification")
 		return
 	}
-	w.Eng.Enqueue(ctx, &j.Job, kind, out, env.Method)
+	w.Eng.Mail.Enqueue(ctx, &j.Job, kind, out, env.Method)
 }
 
 // relayRequest forwards an upstream request to the client (elicitation,
@@ -95,13 +95,13 @@ func (w *Wire) relayRequest(ctx context.Context, j *wire.Job, env *wire.Envelope
 		w.PostUpstream(j, wire.AppendError(nil, env.ID, wire.CodeInvalidRequest, "taskgate: malformed request"))
 		return
 	}
-	if err := w.Eng.Ask(ctx, &j.Job, j.Session, wire.CanonicalID(qid), env.Method); err != nil {
+	if err := w.Eng.Mail.Ask(ctx, &j.Job, j.Session, wire.CanonicalID(qid), env.Method); err != nil {
 		j.Log.Warn().Err(err).Msg("recording a pending client request failed")
 		w.PostUpstream(j, wire.AppendError(nil, env.ID, wire.CodeInternalError, "taskgate: "+wire.MsgStoreUnavailable))
 		return
 	}
 	j.TraceEvent(tracing.EventInputRequired, tracing.MethodName.String(env.Method))
-	w.Eng.Enqueue(ctx, &j.Job, taskstore.KindRequest, out, env.Method)
+	w.Eng.Mail.Enqueue(ctx, &j.Job, taskstore.KindRequest, out, env.Method)
 }
 
 // deliverAnswers posts the client's answers from the task's inbox upstream,
@@ -111,14 +111,14 @@ func (w *Wire) relayRequest(ctx context.Context, j *wire.Job, env *wire.Envelope
 // question: questions of the upstream's GET stream that were tied to the
 // task (attributeQuestion) are answered into the inbox too.
 func (w *Wire) deliverAnswers(ctx context.Context, j *wire.Job) {
-	answers := w.Eng.TakeAnswers(ctx, &j.Job)
+	answers := w.Eng.Mail.TakeAnswers(ctx, &j.Job)
 	if len(answers) == 0 {
 		return
 	}
 	for _, a := range answers {
 		w.PostUpstream(j, toUpstreamAnswer(a))
 	}
-	w.Eng.Answered(ctx, &j.Job, len(answers))
+	w.Eng.Mail.Answered(ctx, &j.Job, len(answers))
 }
 
 // clientAnswer routes a client's JSON-RPC response to the runner of the
@@ -134,7 +134,7 @@ func (w *Wire) clientAnswer(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.
 	group := wire.StreamGroup(owner)
 	taskID, err := "", taskstore.ErrNotFound
 	if group != "" {
-		taskID, err = w.Eng.Answer(w.Root, owner, group, wire.CanonicalID(env.ID), append([]byte(nil), rc.PostBody()...))
+		taskID, err = w.Eng.Mail.Answer(w.Root, owner, group, wire.CanonicalID(env.ID), append([]byte(nil), rc.PostBody()...))
 	}
 	switch {
 	case errors.Is(err, taskstore.ErrNotFound):
@@ -255,7 +255,7 @@ func (w *Wire) mergeStream(ctx context.Context, bw *bufio.Writer, upstream io.Re
 	defer cancel()
 	group := wire.StreamGroup(owner)
 	var events <-chan taskstore.SessionEvent
-	if mail, err := w.Eng.WatchOwner(ctx, owner, group); err != nil {
+	if mail, err := w.Eng.Mail.WatchOwner(ctx, owner, group); err != nil {
 		w.Log.Warn().Err(err).Msg("GET stream without task messages: subscribing failed")
 	} else {
 		defer mail.Stop()
@@ -313,9 +313,9 @@ func (w *Wire) mergeStream(ctx context.Context, bw *bufio.Writer, upstream io.Re
 		return true
 	}
 	drain := func(taskID string) bool {
-		return w.Eng.DeliverQueued(ctx, owner, taskID, func(m taskstore.Message) bool { return write(taskID, m) })
+		return w.Eng.Mail.DeliverQueued(ctx, owner, taskID, func(m taskstore.Message) bool { return write(taskID, m) })
 	}
-	rescan := func() bool { return w.Eng.DeliverAllQueued(ctx, owner, group, write) }
+	rescan := func() bool { return w.Eng.Mail.DeliverAllQueued(ctx, owner, group, write) }
 	if events != nil && !rescan() {
 		return
 	}
@@ -385,7 +385,7 @@ func (w *Wire) attributeQuestion(ctx context.Context, owner, sess string, msg []
 	if group == "" || sess == "" {
 		return false
 	}
-	taskID, ok := w.Eng.OnlyTaskOn(ctx, sess)
+	taskID, ok := w.Eng.Mail.OnlyTaskOn(ctx, sess)
 	if !ok {
 		return false
 	}
@@ -395,7 +395,7 @@ func (w *Wire) attributeQuestion(ctx context.Context, owner, sess string, msg []
 	}
 	// The engine refuses a task of another owner (not found) or one that
 	// ended; the question then passes through.
-	if err := w.Eng.AskFor(ctx, owner, group, taskID, wire.CanonicalID(qid), env.Method, out); err != nil {
+	if err := w.Eng.Mail.AskFor(ctx, owner, group, taskID, wire.CanonicalID(qid), env.Method, out); err != nil {
 		if !errors.Is(err, engine.ErrNotPending) {
 			w.Log.Warn().Err(err).Str(wire.LogTaskID, taskID).Msg("queueing a question of the upstream's GET stream failed")
 		}

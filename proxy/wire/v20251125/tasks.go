@@ -193,7 +193,7 @@ func (w *Wire) createTask(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.En
 
 	res := make([]byte, 0, 256)
 	res = append(res, `{"task":`...)
-	res = appendTaskPolled(res, t, w.Eng.Thrifty(owner))
+	res = appendTaskPolled(res, t, w.Eng.Limits.Thrifty(owner))
 	res = append(res, '}')
 	wire.RPCResult(rc, env.ID, res)
 }
@@ -231,7 +231,7 @@ func (w *Wire) tasksMethod(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.E
 			w.StoreError(rc, info, env.ID, err)
 			return
 		}
-		wire.RPCResult(rc, env.ID, appendTaskPolled(make([]byte, 0, 256), t, w.Eng.Thrifty(owner)))
+		wire.RPCResult(rc, env.ID, appendTaskPolled(make([]byte, 0, 256), t, w.Eng.Limits.Thrifty(owner)))
 	case wire.MethodTasksCancel:
 		t, err := w.Eng.Cancel(ctx, owner, taskID, "cancelled by the client", true)
 		if errors.Is(err, taskstore.ErrTerminal) {
@@ -669,10 +669,10 @@ func (w *Wire) startResultStream(rc *fasthttp.RequestCtx, info *wire.Info, id []
 // its listener, delivering its queued messages as they come, and ends the
 // stream with the result. It returns the request's outcome.
 func (w *Wire) resultStreamBody(ctx context.Context, bw *bufio.Writer, evID string, id []byte, owner, taskID string, left *atomic.Bool) string {
-	w.Eng.Listen(owner, taskID, listeningTTLKeepAlive*w.Config.KeepAlive)
-	defer w.Eng.Listen(owner, taskID, 0)
+	w.Eng.Mail.Listen(owner, taskID, listeningTTLKeepAlive*w.Config.KeepAlive)
+	defer w.Eng.Mail.Listen(owner, taskID, 0)
 	keep := func() bool {
-		w.Eng.Listen(owner, taskID, listeningTTLKeepAlive*w.Config.KeepAlive)
+		w.Eng.Mail.Listen(owner, taskID, listeningTTLKeepAlive*w.Config.KeepAlive)
 		_, err := bw.WriteString(": keep-alive\n\n")
 		return err == nil && bw.Flush() == nil
 	}

@@ -263,7 +263,7 @@ func (mj *callState) deliver(w *Wire, j *wire.Job, answers []keyVal) bool {
 	}
 	if none && taken > 0 {
 		j.TraceEvent(tracing.EventWorking)
-		w.Eng.Working(w.Root, &j.Job)
+		w.Eng.Mail.Working(w.Root, &j.Job)
 	}
 	return none
 }
@@ -272,7 +272,7 @@ func (mj *callState) deliver(w *Wire, j *wire.Job, answers []keyVal) bool {
 // inbox and delivers them.
 func (c *call) deliverAnswers(ctx context.Context, j *wire.Job) {
 	w := c.w
-	raw := w.Eng.TakeAnswers(ctx, &j.Job)
+	raw := w.Eng.Mail.TakeAnswers(ctx, &j.Job)
 	if len(raw) == 0 {
 		return
 	}
@@ -296,14 +296,14 @@ func (c *call) ask(ctx context.Context, j *wire.Job, q *question) {
 	w := c.w
 	mj := stateOf(j)
 	key := mj.add(q)
-	if err := w.Eng.AddInputRequest(ctx, &j.Job, key, appendInputRequest(nil, q.method, q.params)); err != nil {
+	if err := w.Eng.Mail.AddInputRequest(ctx, &j.Job, key, appendInputRequest(nil, q.method, q.params)); err != nil {
 		j.Log.Warn().Err(err).Msg("recording an open question in the store failed; only this process shows it and takes its answer")
 		mj.mu.Lock()
 		q.unstored = true
 		mj.mu.Unlock()
 	}
 	j.TraceEvent(tracing.EventInputRequired, tracing.MethodName.String(q.method))
-	w.Eng.InputRequired(ctx, &j.Job, q.method)
+	w.Eng.Mail.InputRequired(ctx, &j.Job, q.method)
 	mj.askedOnce.Do(func() { close(mj.asked) })
 }
 

@@ -87,7 +87,7 @@ func (c *call) Run(ctx context.Context, j *wire.Job) engine.Result { return c.ru
 // on its answer.
 func (c *call) Notification(ctx context.Context, j *wire.Job, env *wire.Envelope, msg []byte) {
 	if env.Method == wire.MethodProgress {
-		c.w.Eng.Progress(ctx, &j.Job, wire.ProgressText(env.Params))
+		c.w.Eng.Mail.Progress(ctx, &j.Job, wire.ProgressText(env.Params))
 	}
 	c.mj.notify(env, msg)
 }

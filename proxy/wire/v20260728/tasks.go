@@ -84,7 +84,7 @@ func (w *Wire) createTask(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.En
 	req := fasthttp.AcquireRequest()
 	if err := w.prepareCall(rc, req, era, mj); err != nil {
 		fasthttp.ReleaseRequest(req)
-		w.Eng.ReleaseTool(tool)
+		w.Eng.Limits.ReleaseTool(tool)
 		w.UpstreamFailed(rc, info, env.ID, err)
 		return
 	}
@@ -551,7 +551,7 @@ func (w *Wire) openRequests(t *taskstore.Task) []byte {
 	if t.Status != taskstore.InputRequired {
 		return nil
 	}
-	reqs, err := w.Eng.InputRequests(w.Root, t.Owner, t.ID)
+	reqs, err := w.Eng.Mail.InputRequests(w.Root, t.Owner, t.ID)
 	if err == nil {
 		if len(reqs) == 0 {
 			return nil
@@ -578,7 +578,7 @@ func (w *Wire) toWireTask(t *taskstore.Task) schema.Task {
 		CreatedAt:     t.CreatedAt,
 		UpdatedAt:     t.UpdatedAt,
 		TTL:           t.TTL,
-		PollInterval:  w.Eng.ReportedPollInterval(t),
+		PollInterval:  w.Eng.Limits.ReportedPollInterval(t),
 	}
 }
 
@@ -606,7 +606,7 @@ func (w *Wire) answer(owner, taskID string, responses []byte) (*taskstore.Task, 
 	for i, a := range answers {
 		in[i] = taskstore.InputAnswer{Key: a.key, Msg: appendAnswer(nil, a.key, a.val)}
 	}
-	taken, open, err := w.Eng.AnswerInputs(ctx, owner, taskID, in)
+	taken, open, err := w.Eng.Mail.AnswerInputs(ctx, owner, taskID, in)
 	switch {
 	case errors.Is(err, taskstore.ErrTerminal):
 		return t, nil
