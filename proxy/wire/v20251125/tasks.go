@@ -148,7 +148,7 @@ func (w *Wire) createTask(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.En
 	if !ok {
 		return
 	}
-	// The task's messages go to any stream of its owner (sessions.go); the
+	// The task's messages go to any stream of its owner (package proxy's sessions.go); the
 	// call runs on the client's upstream session, which the client's
 	// DELETE then ends only after the call.
 	group := wire.StreamGroup(owner)

@@ -64,7 +64,7 @@ type column struct {
 }
 
 // handler names the code that serves a method. Dispatch calls it through
-// the switch of serveMethod, not through function values: an indirect
+// the switch of Serve, not through function values: an indirect
 // call would make every request's envelope and info escape to the heap.
 type handler uint8
 
