@@ -4,15 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -20,7 +15,6 @@ import (
 
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/taskgate/taskgate/capability/jsonx"
 	"github.com/taskgate/taskgate/policy"
@@ -31,146 +25,6 @@ import (
 	"github.com/taskgate/taskgate/proxy/wire"
 	"github.com/taskgate/taskgate/taskstore"
 )
-
-// Config configures a Handler. Zero fields take the documented defaults.
-type Config struct {
-	// Upstream is the URL of the upstream MCP endpoint, e.g.
-	// http://127.0.0.1:3000/mcp. Required. POSTs to its path are inspected;
-	// every other request passes through untouched.
-	Upstream string
-	// RewriteHost sends the upstream's host in the Host header instead of
-	// the client's. Default false: Host and Origin reach the upstream as the
-	// client sent them, so the upstream's DNS-rebinding protection works.
-	RewriteHost bool
-	// MaxBodySize bounds request bodies (413 above it). Default 4 MiB.
-	MaxBodySize int
-	// MaxResultSize bounds a task's upstream result and any upstream answer
-	// taskgate must buffer to rewrite (initialize, tools/list). Default 32 MiB.
-	MaxResultSize int
-	// StreamIdleTimeout cuts an upstream answer that sends nothing for this
-	// long (SSE streams and slow JSON answers alike). Default 10m.
-	StreamIdleTimeout time.Duration
-	// StreamMaxLifetime caps how long one proxied answer (typically an SSE
-	// stream) may last; the client then resumes with Last-Event-ID.
-	// Default 1h.
-	StreamMaxLifetime time.Duration
-	// UpstreamIdleConn is how long an idle upstream keep-alive connection is
-	// kept; keep it below the upstream's own idle limit: a request written on a
-	// connection the upstream is closing fails although the upstream never
-	// saw it.
-	// Default 3s.
-	UpstreamIdleConn time.Duration
-	// DialTimeout bounds connecting to the upstream. Default 5s.
-	DialTimeout time.Duration
-	// OwnerKey keys the hash that turns an Authorization header (or a
-	// session id) into a task owner. Replicas sharing a store must share it.
-	// Default: random per process (tasks then only resolve on this process).
-	OwnerKey []byte
-	// ListPageSize is the tasks/list page size. Default 50.
-	ListPageSize int
-	// KeepAlive is the interval of SSE comments on long tasks/result waits.
-	// Default 15s.
-	KeepAlive time.Duration
-	// Lease bounds how long a task whose runner died (a killed process)
-	// stays working: another process sharing the store fails it at most
-	// Lease after the runner's last renewal (engine.LeaseTTL,
-	// engine.LeaseSkew, engine.LeaseCheck). Default 15s.
-	Lease time.Duration
-	// MaxTasksPerOwner caps an owner's unfinished tasks. Default 100; <0 = none.
-	MaxTasksPerOwner int
-	// AllowedOrigins, when non-empty, answers 403 to requests whose Origin
-	// header is present and not in the list (H-02). Default: not checked
-	// (the upstream checks Origin itself).
-	AllowedOrigins []string
-	// ProcessID names this process in leases. Default: hostname + random.
-	ProcessID string
-	// StoreTimeout is what one task-store operation may take. The store
-	// bounds each operation itself (taskstore.Config.OpTimeout; give it the
-	// same value); taskgate uses StoreTimeout to cap the session lookups on
-	// the pass-through path (at most 500ms) and a runner's last attempt to
-	// record an outcome while shutting down. Default 3s.
-	StoreTimeout time.Duration
-	// TaskRate limits task operations (task calls and tasks/*) per owner
-	// and process, in operations per second; lookups of unknown tasks count
-	// as 5 (T-77, E-42). Default 100; < 0 disables.
-	TaskRate float64
-	// TaskBurst is the bucket size of TaskRate. Default 500.
-	TaskBurst int
-	// QueueMax bounds a task's queue of undelivered messages; over it the
-	// oldest progress, then log notifications are dropped, never requests.
-	// Default 256.
-	QueueMax int
-	// UpstreamTLS configures TLS to an https upstream: root CAs, client
-	// certificates, ServerName. Default: the system's roots, the URL's host
-	// as ServerName, TLS 1.2 or newer. Unused for an http upstream.
-	UpstreamTLS *tls.Config
-	// Dial, when set, opens every connection to the upstream instead of a
-	// TCP dial of Upstream's host: pass-through, rewritten answers, task
-	// calls, messages to the upstream and PingUpstream all use it. A stdio
-	// upstream (package proxy/stdio) is reached this way, in process.
-	// Upstream must still be an http URL (its path is the MCP endpoint).
-	Dial func(ctx context.Context) (net.Conn, error)
-	// NetIO makes upstream connections plain net.Conns instead of
-	// sysconn.Conns (direct system calls, see package sysconn). Default
-	// false: direct calls, which cost less CPU per request.
-	NetIO bool
-	// Tracer makes OpenTelemetry spans of intercepted requests, task calls
-	// and store operations (package tracing). Default nil: no tracing, at
-	// no cost.
-	Tracer *tracing.Tracer
-	// PromoteWindow is how long a tools/call of the MCP 2026-07-28 wire
-	// that may become a task runs before it does: a call that ends sooner
-	// gets its plain result, one whose upstream asks the client something
-	// sooner gets an InputRequiredResult. Default 250ms.
-	PromoteWindow time.Duration
-}
-
-func (c *Config) setDefaults() {
-	def := func(d *time.Duration, v time.Duration) {
-		if *d <= 0 {
-			*d = v
-		}
-	}
-	if c.MaxBodySize <= 0 {
-		c.MaxBodySize = DefaultMaxBodySize
-	}
-	if c.MaxResultSize <= 0 {
-		c.MaxResultSize = DefaultMaxResultSize
-	}
-	def(&c.StreamIdleTimeout, DefaultStreamIdleTimeout)
-	def(&c.StreamMaxLifetime, DefaultStreamMaxLifetime)
-	def(&c.UpstreamIdleConn, DefaultUpstreamIdleConn)
-	def(&c.DialTimeout, DefaultDialTimeout)
-	def(&c.KeepAlive, DefaultKeepAlive)
-	def(&c.Lease, DefaultLease)
-	def(&c.StoreTimeout, DefaultStoreTimeout)
-	def(&c.PromoteWindow, DefaultPromoteWindow)
-	if c.TaskRate == 0 {
-		c.TaskRate = DefaultTaskRate
-	}
-	if c.TaskBurst <= 0 {
-		c.TaskBurst = DefaultTaskBurst
-	}
-	if c.QueueMax <= 0 {
-		c.QueueMax = DefaultQueueMax
-	}
-	if c.ListPageSize <= 0 {
-		c.ListPageSize = DefaultListPageSize
-	}
-	if c.MaxTasksPerOwner == 0 {
-		c.MaxTasksPerOwner = DefaultMaxTasksPerOwner
-	}
-	if len(c.OwnerKey) == 0 {
-		c.OwnerKey = make([]byte, 32)
-		_, _ = rand.Read(c.OwnerKey)
-	}
-	if c.ProcessID == "" {
-		host, _ := os.Hostname()
-		b := make([]byte, 4)
-		_, _ = rand.Read(b)
-		c.ProcessID = host + "-" + hex.EncodeToString(b)
-	}
-}
 
 // Handler proxies MCP traffic to one upstream and serves the tasks feature
 // in front of it. It is safe for concurrent use. Close stops it.
@@ -424,146 +278,6 @@ func ambiguousHeader(hdr *fasthttp.RequestHeader) string {
 	}
 	return ""
 }
-
-// reqRecord is what the request log line reports, copied out of the
-// RequestCtx when the handler returns.
-type reqRecord struct {
-	id         uint64
-	httpMethod string
-	status     int
-	method     string
-	outcome    string
-	session    string // hashed
-	taskID     string
-	start      time.Time
-	ttfb       time.Duration // for streams: until the handler returned
-	span       trace.Span    // nil: not traced
-}
-
-func (h *Handler) record(rc *fasthttp.RequestCtx, info *wire.Info, start time.Time) reqRecord {
-	r := reqRecord{id: rc.ID(), status: rc.Response.StatusCode(), method: info.Method, outcome: info.Outcome,
-		taskID: info.TaskID, start: start, span: info.Span}
-	if h.log.GetLevel() <= zerolog.WarnLevel {
-		r.httpMethod = string(rc.Method())
-		if info.SessionLog != "" {
-			r.session = info.SessionLog
-		} else if sid := rc.Request.Header.Peek(wire.HeaderSessionID); len(sid) > 0 {
-			r.session = h.id.hashShort(sid)
-		}
-	}
-	return r
-}
-
-// streamEnd logs and counts a streamed request once both its handler
-// returned (handlerDone: the record) and its stream ended (end: the
-// outcome), in whichever order they come (fasthttp may run a stream
-// writer before the handler returns).
-type streamEnd struct {
-	h        *Handler
-	rec      reqRecord
-	outcome  string
-	arrivals atomic.Int32
-}
-
-// beginStream marks info's answer as a stream logged at its end; the
-// stream must call end exactly once.
-func (h *Handler) beginStream(info *wire.Info) *streamEnd {
-	h.m.openStreams.Inc()
-	se := &streamEnd{h: h}
-	info.Stream = se
-	return se
-}
-
-func (se *streamEnd) handlerDone(rec reqRecord) {
-	se.rec = rec
-	se.rec.ttfb = time.Since(rec.start)
-	se.arrive()
-}
-
-// end records how the stream ended: "" keeps the request's outcome (from
-// the handler, or its HTTP status), or an outcome such as
-// wire.OutcomeClientGone or "rpc_error".
-func (se *streamEnd) end(outcome string) {
-	se.outcome = outcome
-	se.arrive()
-}
-
-// End is end, for a streamed pass-through answer (upstream.StreamEnd).
-func (se *streamEnd) End(outcome string) { se.end(outcome) }
-
-func (se *streamEnd) arrive() {
-	if se.arrivals.Add(1) != 2 {
-		return
-	}
-	se.h.m.openStreams.Dec()
-	if se.outcome != "" {
-		se.rec.outcome = se.outcome
-	}
-	se.h.logRequest(&se.rec, time.Since(se.rec.start))
-}
-
-// logRequest counts the request and writes its log line.
-func (h *Handler) logRequest(r *reqRecord, dur time.Duration) {
-	status := r.status
-	if r.outcome == "" {
-		switch {
-		case status >= 500:
-			r.outcome = "upstream_error"
-		case status >= 400:
-			r.outcome = "http_error"
-		default:
-			r.outcome = "ok"
-		}
-	}
-	h.m.requests.WithLabelValues(wire.MetricLabel(r.method), r.outcome).Inc()
-	h.m.observeRequest(r.method, dur)
-	if r.span != nil {
-		endSpan(r)
-	}
-	lvl := zerolog.InfoLevel
-	if status >= 500 {
-		lvl = zerolog.WarnLevel
-	}
-	e := h.log.WithLevel(lvl)
-	if !e.Enabled() {
-		return
-	}
-	e = e.Uint64(wire.LogReqID, r.id).
-		Str(logHTTPMethod, r.httpMethod).
-		Int(wire.LogStatus, status).
-		Str(logOutcome, r.outcome).
-		Float64(logDuration, ms(dur))
-	if r.ttfb > 0 {
-		e = e.Float64(logTTFB, ms(r.ttfb))
-	}
-	if r.method != "" {
-		e = e.Str(wire.LogRPCMethod, r.method)
-	}
-	if r.session != "" {
-		e = e.Str(wire.LogSession, r.session)
-	}
-	if r.taskID != "" {
-		e = e.Str(wire.LogTaskID, r.taskID)
-	}
-	if r.span != nil {
-		traceID, spanID := tracing.LogIDs(r.span)
-		e = e.Str(wire.LogTraceID, traceID).Str(wire.LogSpanID, spanID)
-	}
-	e.Msg("request")
-}
-
-// ms is d in milliseconds with microsecond precision.
-func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-// Log field names (each used once per line: zerolog keeps duplicates).
-const (
-	logHTTPMethod = "http_method"
-	logOutcome    = "outcome"
-	logDuration   = "dur_ms"  // until the answer ended (streams: its last byte)
-	logTTFB       = "ttfb_ms" // streams: until the answer's headers were ready
-	logErrorKind  = "error_kind"
-	logPeer       = "peer"
-)
 
 // ErrorHandler answers errors fasthttp finds before the handler runs (body
 // too large, malformed HTTP) with a JSON-RPC error. Set it as
