@@ -21,28 +21,28 @@ repeat
 until (tonumber(t[1]) - tonumber(t0[1])) * 1000000 + tonumber(t[2]) - tonumber(t0[2]) >= us
 return 1`
 
-// stallRedis makes the Redis at addr run a script for d and returns once
-// Redis is stalled (a PING with a short deadline goes unanswered); the
-// returned channel is closed when the script ended.
-func stallRedis(t *testing.T, addr string, d time.Duration) <-chan struct{} {
+// stallRedis makes the Redis node holding key run a script for d (busy
+// and probe are clients of the backend) and returns once that node is
+// stalled (a script on key's slot goes unanswered for 20 ms); the returned
+// channel is closed when the script ended.
+func stallRedis(t *testing.T, busy, probe redis.UniversalClient, key string, d time.Duration) <-chan struct{} {
 	t.Helper()
-	busy := redis.NewClient(clientOpts(addr))
-	t.Cleanup(func() { _ = busy.Close() })
-	if err := busy.Ping(context.Background()).Err(); err != nil {
-		t.Fatalf("PING: %v", err)
+	ctx := context.Background()
+	for _, c := range []redis.UniversalClient{busy, probe} { // connected, slots known
+		if err := c.Eval(ctx, "return 1", []string{key}).Err(); err != nil {
+			t.Fatalf("EVAL: %v", err)
+		}
 	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		ctx, cancel := context.WithTimeout(context.Background(), d+10*time.Second)
 		defer cancel()
-		_ = busy.Eval(ctx, busyScript, nil, d.Microseconds()).Err()
+		_ = busy.Eval(ctx, busyScript, []string{key}, d.Microseconds()).Err()
 	}()
-	probe := redis.NewClient(clientOpts(addr))
-	defer probe.Close()
 	for end := time.Now().Add(10 * time.Second); time.Now().Before(end); {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-		err := probe.Ping(ctx).Err()
+		err := probe.Eval(ctx, "return 1", []string{key}).Err()
 		cancel()
 		if err != nil {
 			return done
@@ -59,8 +59,28 @@ func stallRedis(t *testing.T, addr string, d time.Duration) <-chan struct{} {
 // not exist is then listed (issue 21: "listed but not created", an owner's
 // tasks/list counting one task too many) and runs into lease recovery.
 func TestCreateTimeoutWithdrawsTask(t *testing.T) {
-	addr := redistest.Start(t)
-	s := storeOn(t, redis.NewClient(clientOpts(addr)), uniquePrefix(), Config{OpTimeout: 100 * time.Millisecond}, true)
+	t.Run("redis-server", func(t *testing.T) {
+		addr := redistest.Start(t)
+		client := func() redis.UniversalClient { return redis.NewClient(clientOpts(addr)) }
+		testCreateTimeoutWithdraws(t, client)
+	})
+	t.Run("cluster", func(t *testing.T) {
+		addrs := redistest.StartCluster(t)
+		client := func() redis.UniversalClient {
+			return redis.NewClusterClient(&redis.ClusterOptions{
+				Addrs: addrs, ContextTimeoutEnabled: true,
+				DialTimeout: DefaultDialTimeout, ReadTimeout: DefaultReadTimeout, WriteTimeout: DefaultWriteTimeout,
+				PoolSize: 64, DisableIdentity: true,
+			})
+		}
+		testCreateTimeoutWithdraws(t, client)
+	})
+}
+
+func testCreateTimeoutWithdraws(t *testing.T, client func() redis.UniversalClient) {
+	s := storeOn(t, client(), uniquePrefix(), Config{OpTimeout: 100 * time.Millisecond}, true)
+	raw := client()
+	t.Cleanup(func() { _ = raw.Close() })
 	ctx := context.Background()
 	// A task that was created normally stays listed.
 	kept := newTask(ownerA)
@@ -68,7 +88,9 @@ func TestCreateTimeoutWithdrawsTask(t *testing.T) {
 		t.Fatalf("Create: %v", err)
 	}
 
-	done := stallRedis(t, addr, 600*time.Millisecond)
+	busy, probe := client(), client()
+	t.Cleanup(func() { _, _ = busy.Close(), probe.Close() })
+	done := stallRedis(t, busy, probe, s.k.index(ownerA), 600*time.Millisecond)
 	lost := newTask(ownerA)
 	err := s.Create(ctx, lost, CreateOptions{MaxPerOwner: 100})
 	if !errors.Is(err, ErrUnavailable) {
@@ -98,8 +120,8 @@ func TestCreateTimeoutWithdrawsTask(t *testing.T) {
 	if _, err := s.Get(ctx, ownerA, lost.ID); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Get(failed create %s) = %v, want ErrNotFound", lost.ID, err)
 	}
-	// The id stays refused: a stored copy of the script that reaches Redis
-	// even later stores nothing.
+	// The id stays refused: a copy of the script that reaches Redis even
+	// later stores nothing.
 	late := *lost
 	late.Status, late.CreatedAt = "", time.Time{}
 	if err := s.Create(ctx, &late, CreateOptions{}); err == nil {
@@ -108,10 +130,18 @@ func TestCreateTimeoutWithdrawsTask(t *testing.T) {
 	if tasks, _, err := s.List(ctx, ownerA, "", MaxListLimit); err != nil || len(tasks) != 1 {
 		t.Errorf("List after the late create = %d tasks, %v; want 1", len(tasks), err)
 	}
-	// The owner's live count (MaxPerOwner) does not hold the withdrawn task.
-	raw := redis.NewClient(clientOpts(addr))
-	defer raw.Close()
+	// Neither the owner's live count (MaxPerOwner) nor the admin API sees
+	// the withdrawn task. (On a Cluster the admin index's entry is written
+	// by its own pipelined command, which may land after the withdrawal;
+	// AdminList drops entries whose task is gone.)
 	if n := raw.ZCard(ctx, s.k.live(ownerA)).Val(); n != 1 {
 		t.Errorf("live zset holds %d tasks, want 1", n)
+	}
+	if _, err := s.AdminFind(ctx, lost.ID); !errors.Is(err, ErrNotFound) {
+		t.Errorf("AdminFind(withdrawn %s) = %v, want ErrNotFound", lost.ID, err)
+	}
+	all, _, err := s.AdminList(ctx, AdminFilter{})
+	if err != nil || len(all) != 1 || all[0].ID != kept.ID {
+		t.Errorf("AdminList = %d tasks, %v; want only %s", len(all), err, kept.ID)
 	}
 }
