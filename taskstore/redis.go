@@ -324,10 +324,9 @@ const withdrawMinTimeout = time.Second
 // withdraw takes back the id of t, whose Create failed after createCmd may
 // have been sent (withdrawCmd), before Create returns, under a fresh
 // timeout (ctx's usually ran out): the operation timeout, at least
-// withdrawMinTimeout; keepIndex is the index's
-// keep-until Create passed. When that attempt fails too, it retries in the
-// background until it succeeds, withdrawRetries ran out or the store
-// closes.
+// withdrawMinTimeout; keepIndex is the index's keep-until Create passed.
+// When that attempt fails too, it retries in the background until it
+// succeeds, withdrawRetries ran out or the store closes.
 func (s *Redis) withdraw(ctx context.Context, t *Task, keepIndex int64) {
 	ctx = context.WithoutCancel(ctx)
 	if s.withdrawOnce(ctx, t, keepIndex) == nil {
@@ -362,8 +361,8 @@ func (s *Redis) withdrawOnce(ctx context.Context, t *Task, keepIndex int64) erro
 	defer cancel()
 	now := s.nowMS()
 	member := leaseMember(t.Owner, t.ID)
-	adminKey, ownerKey := s.k.adminIndex(), s.k.taskOwner(t.ID)
-	call := scriptCall{withdrawCmd, []string{s.k.task(t.Owner, t.ID), s.k.index(t.Owner), s.k.live(t.Owner)},
+	indexKey, adminKey, ownerKey := s.k.index(t.Owner), s.k.adminIndex(), s.k.taskOwner(t.ID)
+	call := scriptCall{withdrawCmd, []string{s.k.task(t.Owner, t.ID), indexKey, s.k.live(t.Owner)},
 		[]any{t.ID, now, now + withdrawHold.Milliseconds(), keepIndex}}
 	var extra []func(redis.Pipeliner)
 	if s.fused {
@@ -379,7 +378,11 @@ func (s *Redis) withdrawOnce(ctx context.Context, t *Task, keepIndex int64) erro
 	if err != nil {
 		return err
 	}
-	return res[0].Err()
+	code, err := res[0].Int64()
+	if code == 2 {
+		s.keep.forget(indexKey) // made anew, with a shorter expiry
+	}
+	return err
 }
 
 // prepareCreate validates a task for Create, gives it a NewID when it has

@@ -253,9 +253,10 @@ return 1
 // Optional, on a single node: KEYS[4] the admin index P:tasks, KEYS[5] the
 // owner-by-id key P:id:<id>, ARGV[5] the admin member "<owner>/<id>".
 //
-// Returns 1. The index's expiry is only ever extended, to hold-until at
-// least, except on an index without one, which createCmd would not give
-// one either (keep-until "0").
+// Returns 1, or 2 when the index did not exist: the tombstone made it anew
+// with expiry max(hold-until, keep-until), and the caller forgets its
+// keepCache entry for it. An existing index's expiry is only ever extended,
+// to hold-until at least (one without expiry keeps none).
 var withdrawCmd = redis.NewScript(`
 local now, hold = tonumber(ARGV[2]), tonumber(ARGV[3])
 local p = redis.call("PTTL", KEYS[2])
@@ -265,7 +266,7 @@ if p ~= -2 then redis.call("ZREMRANGEBYSCORE", KEYS[2], "-" .. ARGV[2], "(0") en
 redis.call("ZADD", KEYS[2], "-" .. ARGV[3], ARGV[1])
 local at = 0
 if p == -2 then
-  if tonumber(ARGV[4]) > 0 then at = math.max(hold, tonumber(ARGV[4])) end
+  at = math.max(hold, tonumber(ARGV[4]))
 elseif p >= 0 and now + p < hold then
   at = hold
 end
@@ -274,6 +275,7 @@ if KEYS[4] then
   redis.call("ZREM", KEYS[4], ARGV[5])
   redis.call("DEL", KEYS[5])
 end
+if p == -2 then return 2 end
 return 1
 `)
 
