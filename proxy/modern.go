@@ -56,6 +56,9 @@ type modernWire struct {
 	probeAfter time.Time // no new era probe before this after one failed
 
 	sessions bridgeSessions
+	// calls are the bridged plain calls running, which a
+	// notifications/cancelled can reach (modern_cancel.go).
+	calls inflightCalls
 }
 
 // Upstream eras.
@@ -112,6 +115,10 @@ func (w *modernWire) serve(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope
 	switch {
 	case err != nil:
 		w.fail(rc, info, env.id, 400, codeInvalidParams, "taskgate: invalid params._meta: "+err.Error(), nil)
+		return true
+	case env.method == notificationCancelled && !env.isRequest() && (headerModern || m.version == wire2026.ProtocolVersion):
+		// (A notification declares nothing: no _meta is needed.)
+		w.cancelled(rc, info, env)
 		return true
 	case m.version == "" && !env.isRequest():
 		return false // a notification: nothing to check

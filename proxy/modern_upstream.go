@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,8 +28,8 @@ import (
 // taskgate answers itself; one that also offers the tasks extension gets
 // everything untouched. An upstream of the 2025 era needs sessions: for its
 // stateless 2026 clients taskgate holds upstream sessions (one per
-// credential, initialised with every capability it can bridge, bounded in
-// number, closed when idle; a request without credentials gets a session
+// credential and set of declared client capabilities, initialised with
+// those capabilities, bounded in number, closed when idle; a request without credentials gets a session
 // of its own, closed when the request ends: see anonymous.md), sends each
 // request in the session with the 2026 _meta keys removed, and gives
 // results the resultType the 2026 wire requires (and tools no execution
@@ -235,7 +236,7 @@ func (w *modernWire) prepareCall(rc *fasthttp.RequestCtx, req *fasthttp.Request,
 	if era == era2026 {
 		return nil
 	}
-	s, err := w.session(&rc.Request.Header)
+	s, err := w.session(&rc.Request.Header, capsOf(mj.elicitation, mj.sampling, mj.roots))
 	if err != nil {
 		return err
 	}
@@ -283,7 +284,7 @@ func (w *modernWire) forward(rc *fasthttp.RequestCtx, info *reqInfo, env *envelo
 // discover answers server/discover: a 2026 upstream's own answer with the
 // tasks extension added, or for a 2025 upstream one made from the result of
 // its initialize.
-func (w *modernWire) discover(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, era int) {
+func (w *modernWire) discover(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope, m *modernMeta, era int) {
 	h := w.h
 	if !env.isRequest() {
 		w.fail(rc, info, nil, 400, codeInvalidRequest, "taskgate: server/discover must be a request with an id", nil)
@@ -304,7 +305,7 @@ func (w *modernWire) discover(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 		})
 		return
 	}
-	s, err := w.session(&rc.Request.Header)
+	s, err := w.session(&rc.Request.Header, m.caps())
 	if err != nil {
 		h.upstreamFailed(rc, info, id, err)
 		return
@@ -355,6 +356,7 @@ func (w *modernWire) bridge(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 	}
 	ctx, cancel := context.WithTimeout(w.h.root, bridgeDeadline)
 	defer cancel()
+	defer w.trackCall(rc, id, func(string) { cancel() })()
 	w.answerBridged(rc, info, w.bridgeExchange(ctx, &rc.Request.Header, env.method, id, body, m, nil, nil))
 }
 
@@ -395,6 +397,7 @@ func (w *modernWire) bridgeStream(rc *fasthttp.RequestCtx, info *reqInfo, method
 	rc.Request.Header.CopyTo(hdr)
 	meta := *m
 	ctx, cancel := context.WithTimeout(h.root, bridgeDeadline)
+	untrack := w.trackCall(rc, id, func(string) { cancel() })
 	notes := make(chan []byte, 64)
 	done := make(chan bridgeAnswer, 1)
 	relay := func(n []byte) {
@@ -405,7 +408,10 @@ func (w *modernWire) bridgeStream(rc *fasthttp.RequestCtx, info *reqInfo, method
 	}
 	// The exchange ends by ctx at the latest (the deadline, the client
 	// leaving, shutdown); whoever answers waits for done.
-	go func() { done <- w.bridgeExchange(ctx, hdr, method, id, body, &meta, token, relay) }()
+	go func() {
+		defer untrack()
+		done <- w.bridgeExchange(ctx, hdr, method, id, body, &meta, token, relay)
+	}()
 	var first []byte
 	select {
 	case a := <-done:
@@ -487,7 +493,7 @@ func (w *modernWire) bridgeExchange(ctx context.Context, hdr *fasthttp.RequestHe
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
 		var s *bridgeSession
-		if s, err = w.session(hdr); err != nil {
+		if s, err = w.session(hdr, m.caps()); err != nil {
 			break
 		}
 		req := fasthttp.AcquireRequest()
@@ -512,7 +518,7 @@ func (w *modernWire) bridgeExchange(ctx context.Context, hdr *fasthttp.RequestHe
 		if err == nil && status == fasthttp.StatusNotFound && !isErrorResponse(msg) {
 			// The upstream ended the session (it did not run the
 			// request): open a new one and send it again.
-			w.sessions.drop(s.owner, s)
+			w.sessions.drop(s)
 			continue
 		}
 		break
@@ -647,19 +653,81 @@ type bridgeSessions struct {
 }
 
 // session returns the upstream session a bridged request of the 2026 wire
-// with the headers hdr runs in; release it with done. A request with
-// credentials (Authorization) shares the session of its owner; one without
-// gets a session of its own, which no other request ever sees and which is
-// closed when the request (or the call it started) ends: a request without
-// credentials must never meet upstream state another request created, and
-// on the 2026 wire, which has no sessions, nothing else tells two such
-// requests apart (see anonymous.md).
-func (w *modernWire) session(hdr *fasthttp.RequestHeader) (*bridgeSession, error) {
+// with the headers hdr, declaring the client capabilities caps, runs in;
+// release it with done. A request with credentials (Authorization) shares
+// the session of its owner and capabilities; one without gets a session of
+// its own, which no other request ever sees and which is closed when the
+// request (or the call it started) ends: a request without credentials
+// must never meet upstream state another request created, and on the 2026
+// wire, which has no sessions, nothing else tells two such requests apart
+// (see anonymous.md).
+//
+// The session declares to the upstream the capabilities the request
+// declares (of those the bridge carries: elicitation, sampling, roots), no
+// more: a 2025 server decides by them what it offers and asks (a server
+// may list tools only to clients that can sample, or ask roots/list of a
+// client that declares roots), so the request sees what it would see
+// talking to the server itself. One owner therefore has up to one shared
+// session per set of capabilities its requests declare (eight at most);
+// server state lives in each of them separately.
+func (w *modernWire) session(hdr *fasthttp.RequestHeader, caps bridgeCaps) (*bridgeSession, error) {
 	owner, identified := w.h.owner(hdr)
 	if !identified {
-		return w.sessions.private(hdr)
+		return w.sessions.private(hdr, caps)
 	}
-	return w.sessions.get(owner, hdr)
+	return w.sessions.get(owner, caps, hdr)
+}
+
+// bridgeCaps is a set of the client capabilities a bridged upstream
+// session declares.
+type bridgeCaps uint8
+
+const (
+	capElicitation bridgeCaps = 1 << iota
+	capSampling
+	capRoots
+)
+
+func capsOf(elicitation, sampling, roots bool) bridgeCaps {
+	var c bridgeCaps
+	if elicitation {
+		c |= capElicitation
+	}
+	if sampling {
+		c |= capSampling
+	}
+	if roots {
+		c |= capRoots
+	}
+	return c
+}
+
+// caps returns the capabilities m declares (none for a nil m).
+func (m *modernMeta) caps() bridgeCaps {
+	if m == nil {
+		return 0
+	}
+	return capsOf(m.elicitation, m.sampling, m.roots)
+}
+
+// json renders c as the capabilities of an initialize request.
+func (c bridgeCaps) json() string {
+	var parts []string
+	if c&capElicitation != 0 {
+		parts = append(parts, `"elicitation":{"form":{},"url":{}}`)
+	}
+	if c&capSampling != 0 {
+		parts = append(parts, `"sampling":{}`)
+	}
+	if c&capRoots != 0 {
+		parts = append(parts, `"roots":{}`)
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
+// sessionKey is the key of owner's shared session with the capabilities c.
+func sessionKey(owner string, c bridgeCaps) string {
+	return owner + "/" + strconv.Itoa(int(c))
 }
 
 // bridgeSession is one upstream session.
@@ -668,6 +736,8 @@ type bridgeSession struct {
 	// credentials, never in the map), which done closes.
 	pool    *bridgeSessions
 	owner   string
+	key     string        // in bridgeSessions.m (sessionKey); "" for a private one
+	caps    bridgeCaps    // the client capabilities it declares
 	ready   chan struct{} // closed once initialised (or failed)
 	err     error
 	sid     string
@@ -703,8 +773,8 @@ func (s *bridgeSession) done() {
 // credentials): it is in no map, so no other request finds it, and done
 // closes it. Private sessions do not count towards max: each lives only as
 // long as its request or its call.
-func (b *bridgeSessions) private(hdr *fasthttp.RequestHeader) (*bridgeSession, error) {
-	s := &bridgeSession{pool: b, owner: ownerAnonymous, ready: make(chan struct{})}
+func (b *bridgeSessions) private(hdr *fasthttp.RequestHeader, caps bridgeCaps) (*bridgeSession, error) {
+	s := &bridgeSession{pool: b, owner: ownerAnonymous, caps: caps, ready: make(chan struct{})}
 	s.users.Add(1)
 	s.err = b.open(s, hdr)
 	close(s.ready)
@@ -727,11 +797,12 @@ func (b *bridgeSessions) closeLater(s *bridgeSession) {
 	}()
 }
 
-// get returns owner's session, opening it when there is none; release it
-// with done.
-func (b *bridgeSessions) get(owner string, hdr *fasthttp.RequestHeader) (*bridgeSession, error) {
+// get returns owner's session declaring caps, opening it when there is
+// none; release it with done.
+func (b *bridgeSessions) get(owner string, caps bridgeCaps, hdr *fasthttp.RequestHeader) (*bridgeSession, error) {
+	key := sessionKey(owner, caps)
 	b.mu.Lock()
-	s, ok := b.m[owner]
+	s, ok := b.m[key]
 	var victim *bridgeSession
 	if !ok {
 		if len(b.m) >= b.max {
@@ -740,8 +811,8 @@ func (b *bridgeSessions) get(owner string, hdr *fasthttp.RequestHeader) (*bridge
 				return nil, fmt.Errorf("%w: all %d upstream sessions are in use", errNoBridgeSession, b.max)
 			}
 		}
-		s = &bridgeSession{owner: owner, ready: make(chan struct{})}
-		b.m[owner] = s
+		s = &bridgeSession{owner: owner, key: key, caps: caps, ready: make(chan struct{})}
+		b.m[key] = s
 	}
 	s.users.Add(1)
 	b.mu.Unlock()
@@ -752,7 +823,7 @@ func (b *bridgeSessions) get(owner string, hdr *fasthttp.RequestHeader) (*bridge
 		s.err = b.open(s, hdr)
 		close(s.ready)
 		if s.err != nil {
-			b.drop(owner, s)
+			b.drop(s)
 		}
 	}
 	<-s.ready
@@ -773,16 +844,16 @@ func (b *bridgeSessions) evictLocked() *bridgeSession {
 		}
 	}
 	if victim != nil {
-		delete(b.m, victim.owner)
+		delete(b.m, victim.key)
 	}
 	return victim
 }
 
 // drop forgets s (the upstream ended it, or it failed to open).
-func (b *bridgeSessions) drop(owner string, s *bridgeSession) {
+func (b *bridgeSessions) drop(s *bridgeSession) {
 	b.mu.Lock()
-	if b.m[owner] == s {
-		delete(b.m, owner)
+	if s.key != "" && b.m[s.key] == s {
+		delete(b.m, s.key)
 	}
 	b.mu.Unlock()
 }
@@ -827,11 +898,6 @@ func (b *bridgeSessions) closeAll() {
 	b.closing.Wait()
 }
 
-// bridgeCapabilities are the client capabilities taskgate declares to a
-// 2025 upstream for its 2026 clients: all it can bridge. Each request's
-// own declaration decides what reaches that client.
-const bridgeCapabilities = `{"elicitation":{"form":{},"url":{}},"sampling":{},"roots":{}}`
-
 // open initialises s: initialize, then notifications/initialized.
 func (b *bridgeSessions) open(s *bridgeSession, hdr *fasthttp.RequestHeader) error {
 	w := b.w
@@ -844,7 +910,7 @@ func (b *bridgeSessions) open(s *bridgeSession, hdr *fasthttp.RequestHeader) err
 	req.Header.Del(wire2026.HeaderMethod)
 	req.Header.Del(wire2026.HeaderName)
 	req.SetBodyString(`{"jsonrpc":"2.0","id":"taskgate-bridge-init","method":"initialize","params":{"protocolVersion":"` +
-		capability.ProtocolVersion + `","capabilities":` + bridgeCapabilities +
+		capability.ProtocolVersion + `","capabilities":` + s.caps.json() +
 		`,"clientInfo":{"name":"taskgate-bridge","version":"1"}}}`)
 	status, msg, sid, err := w.exchange(ctx, req, nil)
 	if err != nil {
@@ -873,7 +939,8 @@ func (b *bridgeSessions) open(s *bridgeSession, hdr *fasthttp.RequestHeader) err
 		w.postWith(&req.Header, []byte(`{"jsonrpc":"2.0","id":"taskgate-bridge-loglevel","method":"logging/setLevel","params":{"level":"debug"}}`))
 	}
 	if s.pool == nil {
-		w.h.log.Info().Str(logOwner, s.owner).Str("upstream_version", s.version).Msg("upstream session opened for 2026-07-28 clients")
+		w.h.log.Info().Str(logOwner, s.owner).Str("client_capabilities", s.caps.json()).Str("upstream_version", s.version).
+			Msg("upstream session opened for 2026-07-28 clients")
 	} else {
 		w.h.log.Debug().Str("upstream_version", s.version).Msg("upstream session opened for one 2026-07-28 request without credentials")
 	}

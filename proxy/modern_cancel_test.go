@@ -1,0 +1,154 @@
+package proxy
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// cancelNote is a 2026 client's notifications/cancelled as the official Go
+// SDK (v1.8.0) sends it: the 2026 headers, no params._meta.
+func cancelNote(reqID string, headers ...string) *fasthttp.Request {
+	h := append([]string{"Mcp-Protocol-Version", "2026-07-28", "Mcp-Method", "notifications/cancelled"}, headers...)
+	return newPost(`{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":`+reqID+`,"reason":"context canceled"}}`, h...)
+}
+
+// A 2026 client's notifications/cancelled (without _meta, in its own POST)
+// is accepted with 202 and stops the plain call it names upstream, whether
+// the bridge sends the call in an upstream session (with or without
+// credentials) or runs it as a task the client never sees (a request that
+// declares elicitation).
+func TestModernCancelledPlainCall(t *testing.T) {
+	for _, tc := range []struct {
+		name, caps string
+		who        []string
+	}{
+		{"bridged anonymous", `{}`, nil},
+		{"bridged with credentials", `{}`, []string{"Authorization", "Bearer alice-token"}},
+		{"held as a hidden task", `{"elicitation":{}}`, []string{"Authorization", "Bearer alice-token"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newTaskEnv(t, "", Config{})
+			answered := make(chan *fasthttp.Response, 1)
+			go func() {
+				resp := new(fasthttp.Response)
+				_ = e.c.DoTimeout(modernPost("tools/call", `{"name":"block","arguments":{}}`, tc.caps, "block", tc.who...), resp, 20*time.Second)
+				answered <- resp
+			}()
+			waitFor(t, 5*time.Second, "the call upstream", func() bool { return e.up.toolCalls() == 1 })
+
+			// A cancellation naming another request, or sent by another
+			// caller, stops nothing.
+			other := append([]string(nil), tc.who...)
+			if len(other) == 0 {
+				other = []string{"Authorization", "Bearer mallory"}
+			} else {
+				other = nil
+			}
+			for _, req := range []*fasthttp.Request{cancelNote("8", tc.who...), cancelNote("7", other...)} {
+				resp := new(fasthttp.Response)
+				if err := e.c.DoTimeout(req, resp, 5*time.Second); err != nil {
+					t.Fatal(err)
+				}
+				if resp.StatusCode() != fasthttp.StatusAccepted {
+					t.Fatalf("notifications/cancelled: HTTP %d %s, want 202", resp.StatusCode(), resp.Body())
+				}
+			}
+			if n := e.h.w26.calls.len(); n != 1 {
+				t.Fatalf("%d calls tracked, want 1", n)
+			}
+
+			resp := new(fasthttp.Response)
+			if err := e.c.DoTimeout(cancelNote("7", tc.who...), resp, 5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode() != fasthttp.StatusAccepted {
+				t.Fatalf("notifications/cancelled: HTTP %d %s, want 202", resp.StatusCode(), resp.Body())
+			}
+			waitFor(t, 5*time.Second, "notifications/cancelled upstream", func() bool {
+				_, cancelled, _ := e.up.snapshot()
+				return len(cancelled) == 1
+			})
+			select {
+			case r := <-answered:
+				if !strings.Contains(string(r.Body()), `"error"`) {
+					t.Errorf("the cancelled call's answer: HTTP %d %s, want an error", r.StatusCode(), r.Body())
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the cancelled call got no answer")
+			}
+			waitFor(t, 5*time.Second, "the call untracked", func() bool { return e.h.w26.calls.len() == 0 })
+		})
+	}
+}
+
+// A 2026 client abandons a plain call by closing its request; passed
+// through to a 2026 upstream, the call's upstream connection closes too,
+// also while the upstream has not answered yet (no header): that is how the
+// upstream learns the request was abandoned.
+func TestModernPassThroughClientLeaves(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	called := make(chan struct{}, 1)
+	closed := make(chan struct{}, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func(c net.Conn) {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					body, _ := io.ReadAll(req.Body)
+					if !strings.Contains(string(body), `"tools/call"`) {
+						res := `{"jsonrpc":"2.0","id":"taskgate-probe","result":{"supportedVersions":["2026-07-28"],"capabilities":{"tools":{}},"serverInfo":{"name":"up","version":"1"}}}`
+						fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(res), res)
+						continue
+					}
+					called <- struct{}{}
+					// No answer: wait for the proxy to close the connection.
+					_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+					if _, err := br.ReadByte(); errors.Is(err, io.EOF) {
+						closed <- struct{}{}
+					}
+					return
+				}
+			}(c)
+		}
+	}()
+	tp := newTestProxy(t, nil, withTCP(), withUpstreamURL("http://"+ln.Addr().String()+"/mcp"))
+	c, _ := tp.rawConn()
+	req := modernPost("tools/call", `{"name":"slow","arguments":{}}`, `{}`, "slow")
+	req.SetHost("gw.test")
+	if _, err := req.WriteTo(c); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-called:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the call did not reach the upstream")
+	}
+	_ = c.Close()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the client left, but the upstream connection of its call stayed open")
+	}
+}
