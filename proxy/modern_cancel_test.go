@@ -2,16 +2,20 @@ package proxy
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/taskgate/taskgate/policy"
 )
 
 // cancelNote is a 2026 client's notifications/cancelled as the official Go
@@ -150,5 +154,91 @@ func TestModernPassThroughClientLeaves(t *testing.T) {
 	case <-closed:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the client left, but the upstream connection of its call stayed open")
+	}
+}
+
+// Under the policy's ownTasks, a 2026 upstream that offers the tasks
+// extension itself is treated like one without tasks: server/discover shows
+// taskgate's extension (not the upstream's settings), a task call becomes a
+// task of taskgate's, and the upstream gets it as a plain call (the
+// extension removed from the request's client capabilities). Without
+// ownTasks everything passes through.
+func TestModernOwnTasksNativeUpstream(t *testing.T) {
+	for _, own := range []bool{true, false} {
+		t.Run(fmt.Sprintf("ownTasks=%v", own), func(t *testing.T) {
+			var mu sync.Mutex
+			var calls []string
+			up := func(rc *fasthttp.RequestCtx) {
+				var msg struct {
+					ID     json.RawMessage `json:"id"`
+					Method string          `json:"method"`
+				}
+				_ = json.Unmarshal(rc.PostBody(), &msg)
+				rc.SetContentType("application/json")
+				switch msg.Method {
+				case "server/discover":
+					rc.SetBodyString(`{"jsonrpc":"2.0","id":` + string(msg.ID) + `,"result":{"resultType":"complete","supportedVersions":["2026-07-28"],` +
+						`"capabilities":{"tools":{},"extensions":{"io.modelcontextprotocol/tasks":{"upstream":true}}},"serverInfo":{"name":"native","version":"1"}}}`)
+				case "tools/call":
+					mu.Lock()
+					calls = append(calls, string(rc.PostBody()))
+					mu.Unlock()
+					rc.SetBodyString(`{"jsonrpc":"2.0","id":` + string(msg.ID) + `,"result":{"resultType":"complete","content":[{"type":"text","text":"hi"}]}}`)
+				default:
+					rc.SetBodyString(`{"jsonrpc":"2.0","id":` + string(msg.ID) + `,"result":{"resultType":"complete"}}`)
+				}
+			}
+			pol, err := policy.Parse([]byte(fmt.Sprintf("ownTasks: %v\ndefaults:\n  taskSupport: optional\n", own)), "test.yaml")
+			if err != nil {
+				t.Fatal(err)
+			}
+			tp := newTestProxy(t, up, withPolicy(pol), withConfig(func(c *Config) { c.PromoteWindow = time.Nanosecond; c.TaskRate = -1 }))
+			const caps = `{"extensions":{"io.modelcontextprotocol/tasks":{}}}`
+			auth := []string{"Authorization", "Bearer alice"}
+
+			disc := string(tp.do(modernPost("server/discover", "", caps, "", auth...)).Body())
+			if own != !strings.Contains(disc, `"upstream":true`) || !strings.Contains(disc, `"io.modelcontextprotocol/tasks"`) {
+				t.Errorf("server/discover = %s, want the tasks extension, the upstream's own settings only without ownTasks", disc)
+			}
+
+			resp := tp.do(modernPost("tools/call", `{"name":"hello","arguments":{}}`, caps, "hello", auth...))
+			var res struct {
+				Result struct {
+					ResultType string `json:"resultType"`
+					TaskID     string `json:"taskId"`
+				} `json:"result"`
+			}
+			body := resp.Body()
+			if i := strings.LastIndex(string(body), "data: "); i >= 0 {
+				body = body[i+len("data: "):]
+			}
+			if err := json.Unmarshal(body, &res); err != nil {
+				t.Fatalf("tools/call answer %s: %v", resp.Body(), err)
+			}
+			var got []string
+			waitFor(t, 5*time.Second, "the call upstream", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				got = append([]string(nil), calls...)
+				return len(got) == 1
+			})
+			hidden := !strings.Contains(got[0], "io.modelcontextprotocol/tasks")
+			if !own {
+				if res.Result.TaskID != "" || hidden {
+					t.Errorf("without ownTasks: answer %s, upstream got %s; want the call passed through as it was", resp.Body(), got[0])
+				}
+				return
+			}
+			if res.Result.ResultType != "task" || res.Result.TaskID == "" {
+				t.Fatalf("tools/call = %s, want taskgate's CreateTaskResult", resp.Body())
+			}
+			if !hidden {
+				t.Errorf("the upstream got %s, want the call without the tasks extension", got[0])
+			}
+			waitFor(t, 5*time.Second, "the task in taskgate's store", func() bool {
+				get := string(tp.do(modernPost("tasks/get", `{"taskId":"`+res.Result.TaskID+`"}`, caps, res.Result.TaskID, auth...)).Body())
+				return strings.Contains(get, `"completed"`) && strings.Contains(get, `"hi"`)
+			})
+		})
 	}
 }

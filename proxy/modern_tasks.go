@@ -48,6 +48,9 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 		return
 	}
 	params, err := upstreamParams(env.params, era)
+	if err == nil && era == era2026 && w.owned() {
+		params, err = withoutTasksExtension(params)
+	}
 	if err != nil {
 		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid tools/call params: "+err.Error()))
 		return

@@ -42,13 +42,16 @@ const eraProbeRetry = 2 * time.Second
 // the first time: a 2026 upstream answers it with a DiscoverResult that
 // lists 2026-07-28, a 2025 one refuses it. native reports a 2026 upstream
 // that offers the tasks extension itself.
+//
+// Under the policy's ownTasks, native is false whatever the upstream
+// offers: taskgate serves the extension itself (see owned).
 func (w *modernWire) upstreamEra() (era int, native bool, err error) {
 	w.mu.Lock()
 	era, native = w.era, w.native
 	wait := time.Until(w.probeAfter)
 	w.mu.Unlock()
 	if era != 0 {
-		return era, native, nil
+		return era, native && !w.h.policy().OwnTasks, nil
 	}
 	if wait > 0 {
 		return 0, false, errors.New("probing the upstream's protocol era failed a moment ago")
@@ -83,7 +86,52 @@ func (w *modernWire) upstreamEra() (era int, native bool, err error) {
 	w.era, w.native = era, native
 	w.mu.Unlock()
 	h.log.Info().Int("upstream_era", era).Bool("upstream_tasks_extension", native).Msg("2026-07-28 client: upstream era probed")
-	return era, native, nil
+	if native && h.policy().OwnTasks {
+		h.log.Info().Msg("the upstream offers the tasks extension itself; the policy's ownTasks has taskgate serve it (the upstream gets plain calls)")
+	}
+	return era, native && !h.policy().OwnTasks, nil
+}
+
+// owned reports whether the upstream offers the tasks extension itself
+// but the policy's ownTasks has taskgate serve it: the extension is then
+// hidden from the upstream (withoutTasksExtension), so that it runs every
+// call plainly, and server/discover shows taskgate's.
+func (w *modernWire) owned() bool {
+	w.mu.Lock()
+	native := w.native
+	w.mu.Unlock()
+	return native && w.h.policy().OwnTasks
+}
+
+// withoutTasksExtension returns params without the tasks extension in
+// _meta's client capabilities: taskgate runs the call, and the upstream,
+// which offers the extension itself, must not make it a task of its own.
+func withoutTasksExtension(params []byte) ([]byte, error) {
+	vals, err := jsonx.Members(params, "_meta")
+	if err != nil || !isObject(vals[0]) {
+		return params, err
+	}
+	mv, err := jsonx.Members(vals[0], wire2026.MetaClientCapabilities)
+	if err != nil || !isObject(mv[0]) {
+		return params, err
+	}
+	cv, err := jsonx.Members(mv[0], "extensions")
+	if err != nil || !isObject(cv[0]) {
+		return params, err
+	}
+	ext, err := jsonx.DeleteMember(cv[0], wire2026.ExtensionTasks)
+	if err != nil || len(ext) == len(cv[0]) {
+		return params, err
+	}
+	caps, err := jsonx.SetMember(mv[0], "extensions", ext)
+	if err != nil {
+		return nil, err
+	}
+	meta, err := jsonx.SetMember(vals[0], wire2026.MetaClientCapabilities, caps)
+	if err != nil {
+		return nil, err
+	}
+	return jsonx.SetMember(params, "_meta", meta)
 }
 
 // resultOf returns the result object of a JSON-RPC response.
@@ -253,6 +301,12 @@ func (w *modernWire) plainCall(rc *fasthttp.RequestCtx, info *reqInfo, env *enve
 		return
 	}
 	if era == era2026 {
+		if w.owned() {
+			if params, err = withoutTasksExtension(params); err != nil {
+				w.fail(rc, info, env.id, 200, codeInvalidParams, "taskgate: invalid tools/call params: "+err.Error(), nil)
+				return
+			}
+		}
 		if len(params) != len(env.params) {
 			body, err := jsonx.SetMember(rc.PostBody(), "params", params)
 			if err != nil {
@@ -295,7 +349,11 @@ func (w *modernWire) discover(rc *fasthttp.RequestCtx, info *reqInfo, env *envel
 	if era == era2026 {
 		h.forwardRewriting(rc, info, id, func(*fasthttp.Response) rewriteFunc {
 			return func(msg []byte) []byte {
-				out, _, err := capability.RewriteDiscover(msg)
+				rewrite := capability.RewriteDiscover
+				if w.owned() {
+					rewrite = capability.OwnDiscover
+				}
+				out, _, err := rewrite(msg)
 				if err != nil {
 					log.Warn().Err(err).Msg("server/discover result not rewritten: malformed upstream answer")
 					return msg
