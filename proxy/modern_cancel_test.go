@@ -242,3 +242,24 @@ func TestModernOwnTasksNativeUpstream(t *testing.T) {
 		})
 	}
 }
+
+// TestModernUndeclaredInput: a 2025 upstream that asks a plain 2026 call
+// for input the request did not declare (it ignores the capabilities its
+// bridged session declared, which are the request's) gets no answer: the
+// client gets 400/-32021 naming the capability, and the upstream is told
+// to stop the call (M-31).
+func TestModernUndeclaredInput(t *testing.T) {
+	e := newTaskEnv(t, "", Config{})
+	resp := new(fasthttp.Response)
+	if err := e.c.DoTimeout(modernPost("tools/call", `{"name":"asker","arguments":{}}`, `{}`, "asker", "Authorization", "Bearer alice-token"), resp, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode() != fasthttp.StatusBadRequest || !strings.Contains(string(resp.Body()), `"code":-32021`) ||
+		!strings.Contains(string(resp.Body()), `{"requiredCapabilities":{"elicitation":{}}}`) {
+		t.Fatalf("tools/call = HTTP %d %s, want 400 and -32021 naming elicitation", resp.StatusCode(), resp.Body())
+	}
+	waitFor(t, 5*time.Second, "notifications/cancelled upstream", func() bool {
+		_, cancelled, _ := e.up.snapshot()
+		return len(cancelled) == 1
+	})
+}

@@ -623,6 +623,10 @@ func (w *modernWire) bridgeExchange(ctx context.Context, hdr *fasthttp.RequestHe
 	switch {
 	case answered && errorCodeOf(msg) == codeMethodNotFound:
 		status = fasthttp.StatusNotFound
+	case answered && errorCodeOf(msg) == wire2026.CodeMissingCapability:
+		// An upstream that knows the 2026 error (and answers it on the
+		// 2025 wire with HTTP 200): on this wire it is HTTP 400.
+		status = fasthttp.StatusBadRequest
 	case status >= 200 && status <= 299:
 		status = fasthttp.StatusOK
 	}
