@@ -88,6 +88,9 @@ type modernMeta struct {
 	logLevel string
 	// The client capabilities this request declares.
 	tasks, elicitation, sampling, roots bool
+	// The elicitation modes it declares (an empty elicitation object is
+	// form mode).
+	elicitForm, elicitURL bool
 }
 
 var metaVersionKey = []byte(wire2026.MetaProtocolVersion)
@@ -255,6 +258,14 @@ func parseModernMeta(params []byte) (modernMeta, error) {
 			return m, err
 		}
 		m.elicitation = isObject(cv[1])
+		if m.elicitation {
+			ev, err := jsonx.Members(cv[1], "form", "url")
+			if err != nil {
+				return m, err
+			}
+			m.elicitURL = isObject(ev[1])
+			m.elicitForm = isObject(ev[0]) || ev[0] == nil && ev[1] == nil
+		}
 		m.sampling = isObject(cv[2])
 		m.roots = isObject(cv[3])
 		if isObject(cv[0]) {

@@ -28,7 +28,12 @@ func TestParseModernMeta(t *testing.T) {
 		{
 			name:   "tasks and elicitation",
 			params: `{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{},"extensions":{"io.modelcontextprotocol/tasks":{}}}}}`,
-			want:   modernMeta{version: "2026-07-28", hasCaps: true, tasks: true, elicitation: true},
+			want:   modernMeta{version: "2026-07-28", hasCaps: true, tasks: true, elicitation: true, elicitForm: true},
+		},
+		{
+			name:   "elicitation modes",
+			params: `{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{"url":{}}}}}`,
+			want:   modernMeta{version: "2026-07-28", hasCaps: true, elicitation: true, elicitURL: true},
 		},
 		{
 			name:   "empty capabilities",
@@ -470,11 +475,12 @@ func TestBridgeSessionCapabilities(t *testing.T) {
 	list(`{"roots":{"listChanged":true}}`)
 	list(`{}`)
 	list(`{"roots":{},"sampling":{},"elicitation":{}}`)
-	want := []string{`{}`, `{"roots":{}}`, `{"elicitation":{"form":{},"url":{}},"sampling":{},"roots":{}}`}
+	list(`{"elicitation":{"form":{},"url":{}}}`)
+	want := []string{`{}`, `{"roots":{}}`, `{"elicitation":{"form":{}},"sampling":{},"roots":{}}`, `{"elicitation":{"form":{},"url":{}}}`}
 	if got := initCaps(); !slices.Equal(got, want) {
 		t.Errorf("upstream sessions initialised with capabilities %q, want %q", got, want)
 	}
-	if got := len(tp.h.w26.sessions.m); got != 3 {
-		t.Errorf("%d shared sessions for one owner and three capability sets, want 3", got)
+	if got := len(tp.h.w26.sessions.m); got != 4 {
+		t.Errorf("%d shared sessions for one owner and four capability sets, want 4", got)
 	}
 }

@@ -284,7 +284,7 @@ func (w *modernWire) prepareCall(rc *fasthttp.RequestCtx, req *fasthttp.Request,
 	if era == era2026 {
 		return nil
 	}
-	s, err := w.session(&rc.Request.Header, capsOf(mj.elicitation, mj.sampling, mj.roots))
+	s, err := w.session(&rc.Request.Header, mj.caps)
 	if err != nil {
 		return err
 	}
@@ -725,12 +725,13 @@ type bridgeSessions struct {
 // (see anonymous.md).
 //
 // The session declares to the upstream the capabilities the request
-// declares (of those the bridge carries: elicitation, sampling, roots), no
+// declares (of those the bridge carries: elicitation with its modes,
+// sampling, roots), no
 // more: a 2025 server decides by them what it offers and asks (a server
 // may list tools only to clients that can sample, or ask roots/list of a
 // client that declares roots), so the request sees what it would see
 // talking to the server itself. One owner therefore has up to one shared
-// session per set of capabilities its requests declare (eight at most);
+// session per set of capabilities its requests declare (16 at most);
 // server state lives in each of them separately.
 func (w *modernWire) session(hdr *fasthttp.RequestHeader, caps bridgeCaps) (*bridgeSession, error) {
 	owner, identified := w.h.owner(hdr)
@@ -745,37 +746,42 @@ func (w *modernWire) session(hdr *fasthttp.RequestHeader, caps bridgeCaps) (*bri
 type bridgeCaps uint8
 
 const (
-	capElicitation bridgeCaps = 1 << iota
+	capElicitForm bridgeCaps = 1 << iota
+	capElicitURL
 	capSampling
 	capRoots
 )
 
-func capsOf(elicitation, sampling, roots bool) bridgeCaps {
+// caps returns the capabilities m declares (none for a nil m).
+func (m *modernMeta) caps() bridgeCaps {
 	var c bridgeCaps
-	if elicitation {
-		c |= capElicitation
+	if m == nil {
+		return c
 	}
-	if sampling {
+	if m.elicitForm {
+		c |= capElicitForm
+	}
+	if m.elicitURL {
+		c |= capElicitURL
+	}
+	if m.sampling {
 		c |= capSampling
 	}
-	if roots {
+	if m.roots {
 		c |= capRoots
 	}
 	return c
 }
 
-// caps returns the capabilities m declares (none for a nil m).
-func (m *modernMeta) caps() bridgeCaps {
-	if m == nil {
-		return 0
-	}
-	return capsOf(m.elicitation, m.sampling, m.roots)
-}
-
 // json renders c as the capabilities of an initialize request.
 func (c bridgeCaps) json() string {
 	var parts []string
-	if c&capElicitation != 0 {
+	switch c & (capElicitForm | capElicitURL) {
+	case capElicitForm:
+		parts = append(parts, `"elicitation":{"form":{}}`)
+	case capElicitURL:
+		parts = append(parts, `"elicitation":{"url":{}}`)
+	case capElicitForm | capElicitURL:
 		parts = append(parts, `"elicitation":{"form":{},"url":{}}`)
 	}
 	if c&capSampling != 0 {
