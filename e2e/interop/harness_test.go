@@ -87,7 +87,7 @@ func startProc(t testing.TB, name string, cmd *exec.Cmd) *proc {
 	t.Cleanup(func() {
 		_ = cmd.Process.Kill()
 		<-p.exited
-		if t.Failed() {
+		if t.Failed() || os.Getenv("INTEROP_LOGS") == "1" {
 			t.Logf("---- output of %s (%s) ----\n%s", name, strings.Join(cmd.Args, " "), tail(p.out.String(), 6000))
 		}
 	})
