@@ -123,12 +123,18 @@ func awaitHeader(uc *conn, client net.Conn) (unwatch func()) {
 		ic.until = time.Now().Add(watchAfter)
 		_, err := uc.br.Peek(1)
 		ic.until = time.Time{}
-		var ne net.Error
-		if err == nil || !errors.As(err, &ne) || !ne.Timeout() {
+		if err == nil || !isTimeout(err) {
 			return func() {} // the answer has come, or its read reports the failure
 		}
 	}
 	return sysconn.WatchClose(client, func() { _ = uc.Close() })
+}
+
+// isTimeout reports whether err is a timeout (of a read deadline). Only
+// called with an error: the net.Error it declares escapes to the heap.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // bodyBuffered reports whether the rest of resp's body is already in br,
@@ -272,8 +278,7 @@ func (r *Relayed) awaitOrWatch() {
 		ic.until = time.Now().Add(watchAfter)
 		_, err := r.c.br.Peek(1)
 		ic.until = time.Time{}
-		var ne net.Error
-		if err == nil || !errors.As(err, &ne) || !ne.Timeout() {
+		if err == nil || !isTimeout(err) {
 			return // more has come, or the read reports the failure
 		}
 	}
