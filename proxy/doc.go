@@ -70,8 +70,10 @@
 // tasks/update, tasks/cancel, signed requestState), modern_runner.go (the
 // questions of a running call, answers from any replica, the retries of a
 // 2026 upstream), modern_upstream.go (the upstream's era, the bridge to a
-// 2025 upstream with its credential-bound sessions and the private
-// sessions of requests without credentials). The engine's upstream calls
+// 2025 upstream with its sessions bound to a credential and the request's
+// declared capabilities, and the private sessions of requests without
+// credentials), modern_cancel.go (notifications/cancelled of a running
+// bridged call). The engine's upstream calls
 // into them at one point each (taskUpstream.Call, relayRequest,
 // relayNotification, deliverAnswers, notifyCancelled) for jobs with a
 // modernJob.

@@ -271,7 +271,7 @@ func (w *modernWire) serveMethod(s *methodSpec, rc *fasthttp.RequestCtx, info *r
 		w.fail(rc, info, env.id, 404, codeMethodNotFound,
 			"taskgate: "+env.method+" does not exist at protocol version "+wire2026.ProtocolVersion+"; tasks/get carries the result", nil)
 	case serveDiscover:
-		w.discover(rc, info, env, era)
+		w.discover(rc, info, env, m, era)
 	case serveListen:
 		w.listen(rc, info, env, m, era)
 	case serveLegacyOnly:

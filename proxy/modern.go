@@ -56,6 +56,9 @@ type modernWire struct {
 	probeAfter time.Time // no new era probe before this after one failed
 
 	sessions bridgeSessions
+	// calls are the bridged plain calls running, which a
+	// notifications/cancelled can reach (modern_cancel.go).
+	calls inflightCalls
 }
 
 // Upstream eras.
@@ -85,6 +88,9 @@ type modernMeta struct {
 	logLevel string
 	// The client capabilities this request declares.
 	tasks, elicitation, sampling, roots bool
+	// The elicitation modes it declares (an empty elicitation object is
+	// form mode).
+	elicitForm, elicitURL bool
 }
 
 var metaVersionKey = []byte(wire2026.MetaProtocolVersion)
@@ -112,6 +118,10 @@ func (w *modernWire) serve(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope
 	switch {
 	case err != nil:
 		w.fail(rc, info, env.id, 400, codeInvalidParams, "taskgate: invalid params._meta: "+err.Error(), nil)
+		return true
+	case env.method == notificationCancelled && !env.isRequest() && (headerModern || m.version == wire2026.ProtocolVersion):
+		// (A notification declares nothing: no _meta is needed.)
+		w.cancelled(rc, info, env)
 		return true
 	case m.version == "" && !env.isRequest():
 		return false // a notification: nothing to check
@@ -248,6 +258,14 @@ func parseModernMeta(params []byte) (modernMeta, error) {
 			return m, err
 		}
 		m.elicitation = isObject(cv[1])
+		if m.elicitation {
+			ev, err := jsonx.Members(cv[1], "form", "url")
+			if err != nil {
+				return m, err
+			}
+			m.elicitURL = isObject(ev[1])
+			m.elicitForm = isObject(ev[0]) || ev[0] == nil && ev[1] == nil
+		}
 		m.sampling = isObject(cv[2])
 		m.roots = isObject(cv[3])
 		if isObject(cv[0]) {

@@ -71,7 +71,7 @@ func (w *modernWire) listen(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 	}
 	h := w.h
 	id := append([]byte(nil), env.id...)
-	s, err := w.session(&rc.Request.Header)
+	s, err := w.session(&rc.Request.Header, m.caps())
 	if err != nil {
 		h.upstreamFailed(rc, info, id, err)
 		return

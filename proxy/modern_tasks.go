@@ -48,6 +48,9 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 		return
 	}
 	params, err := upstreamParams(env.params, era)
+	if err == nil && era == era2026 && w.owned() {
+		params, err = withoutTasksExtension(params)
+	}
 	if err != nil {
 		h.rpcError(rc, info, env.id, newRPCError(codeInvalidParams, "taskgate: invalid tools/call params: "+err.Error()))
 		return
@@ -98,6 +101,11 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 		Dur("ttl", t.TTL).Msg("task created")
 	h.eng.Start(&j.Job)
 
+	untrack := func() {}
+	if plain {
+		// The client may cancel the call it waits for (modern_cancel.go).
+		untrack = w.trackCall(rc, env.id, func(reason string) { _ = h.eng.Withdraw(h.root, &j.Job, reason) })
+	}
 	var window <-chan time.Time
 	if !plain {
 		timer := time.NewTimer(w.window)
@@ -114,8 +122,10 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 	case <-window:
 		w.created(rc, env.id, j.Task)
 	case n := <-mj.notes: // (nil unless plain)
-		w.streamPlain(rc, info, env.id, owner, j, m, n, mj.asked, true)
+		w.streamPlain(rc, info, env.id, owner, j, m, n, mj.asked, true, untrack)
+		return
 	}
+	untrack()
 }
 
 // streamPlain answers a plain call (see createTask) whose request asked for
@@ -124,7 +134,7 @@ func (w *modernWire) createTask(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 // then the call's outcome, or an InputRequiredResult when the upstream
 // asks (asked closes; hold: the call was not answered yet, so an unanswered
 // hold expires). A client that closes the stream withdraws the call.
-func (w *modernWire) streamPlain(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, owner string, j *job, m *modernMeta, n []byte, asked <-chan struct{}, hold bool) {
+func (w *modernWire) streamPlain(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, owner string, j *job, m *modernMeta, n []byte, asked <-chan struct{}, hold bool, untrack func()) {
 	h := w.h
 	id = append([]byte(nil), id...)
 	meta := *m
@@ -139,6 +149,7 @@ func (w *modernWire) streamPlain(rc *fasthttp.RequestCtx, info *reqInfo, id []by
 	h.eng.Enter()
 	rc.SetBodyStreamWriter(func(bw *bufio.Writer) {
 		defer h.eng.Leave()
+		defer untrack()
 		outcome := ""
 		defer func() { se.end(outcome) }()
 		ctx, cancel := context.WithCancel(h.root)
@@ -399,6 +410,7 @@ func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 		w.inputRequired(rc, env.id, owner, j, true) // questions left unanswered
 		return
 	}
+	untrack := w.trackCall(rc, env.id, func(reason string) { _ = h.eng.Withdraw(h.root, &j.Job, reason) })
 	select {
 	case <-j.Settled():
 		w.plainOutcome(rc, info, env.id, j, m)
@@ -406,8 +418,10 @@ func (w *modernWire) resumeHeld(rc *fasthttp.RequestCtx, info *reqInfo, env *env
 		info.outcome = "input_required"
 		w.inputRequired(rc, env.id, owner, j, true)
 	case n := <-j.modern.notes: // (nil unless the creating request asked)
-		w.streamPlain(rc, info, env.id, owner, j, m, n, next, false)
+		w.streamPlain(rc, info, env.id, owner, j, m, n, next, false, untrack)
+		return
 	}
+	untrack()
 }
 
 // tasksMethod serves tasks/get, tasks/update and tasks/cancel of the 2026

@@ -3,6 +3,7 @@ package proxy
 import (
 	"encoding/json"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -27,7 +28,12 @@ func TestParseModernMeta(t *testing.T) {
 		{
 			name:   "tasks and elicitation",
 			params: `{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{},"extensions":{"io.modelcontextprotocol/tasks":{}}}}}`,
-			want:   modernMeta{version: "2026-07-28", hasCaps: true, tasks: true, elicitation: true},
+			want:   modernMeta{version: "2026-07-28", hasCaps: true, tasks: true, elicitation: true, elicitForm: true},
+		},
+		{
+			name:   "elicitation modes",
+			params: `{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{"url":{}}}}}`,
+			want:   modernMeta{version: "2026-07-28", hasCaps: true, elicitation: true, elicitURL: true},
 		},
 		{
 			name:   "empty capabilities",
@@ -241,15 +247,15 @@ func TestBridgeSessions(t *testing.T) {
 		h.Set("Authorization", "Bearer "+who)
 		return &h
 	}
-	a, err := b.get("a", hdr("a"))
+	a, err := b.get("a", 0, hdr("a"))
 	if err != nil || a.sid != "s-a" || a.version != "2025-06-18" {
 		t.Fatalf("get(a) = %+v, %v", a, err)
 	}
-	if _, err := b.get("b", hdr("b")); err == nil {
+	if _, err := b.get("b", 0, hdr("b")); err == nil {
 		t.Fatal("a second owner got a session while the only one is in use")
 	}
 	a.done()
-	s, err := b.get("b", hdr("b"))
+	s, err := b.get("b", 0, hdr("b"))
 	if err != nil || s.sid != "s-b" {
 		t.Fatalf("get(b) after a was released = %+v, %v", s, err)
 	}
@@ -382,11 +388,11 @@ func TestBridgeSessionsAnonymous(t *testing.T) {
 	tp.do(modernPost("tasks/get", `{"taskId":"none"}`, `{"extensions":{"io.modelcontextprotocol/tasks":{}}}`, "none"))
 	w := tp.h.w26
 	var anon fasthttp.RequestHeader
-	a, err := w.session(&anon)
+	a, err := w.session(&anon, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := w.session(&anon)
+	b, err := w.session(&anon, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,17 +417,70 @@ func TestBridgeSessionsAnonymous(t *testing.T) {
 
 	var alice fasthttp.RequestHeader
 	alice.Set("Authorization", "Bearer alice")
-	c, err := w.session(&alice)
+	c, err := w.session(&alice, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.done()
-	d, err := w.session(&alice)
+	d, err := w.session(&alice, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	d.done()
 	if c != d {
 		t.Errorf("two requests with the same credentials got sessions %q and %q, want one", c.sid, d.sid)
+	}
+}
+
+// The bridge's upstream session declares the client capabilities the 2026
+// request declares, no more: a request without any gets a session
+// initialised with none (a 2025 server then neither lists what needs them
+// nor asks for roots), and one owner's requests that declare different
+// sets get different sessions, those that declare the same set one.
+func TestBridgeSessionCapabilities(t *testing.T) {
+	var n atomic.Int32
+	tp := newTestProxy(t, func(rc *fasthttp.RequestCtx) {
+		if rc.IsPost() && strings.Contains(string(rc.PostBody()), `"initialize"`) {
+			rc.Response.Header.Set("Mcp-Session-Id", "s"+strconv.Itoa(int(n.Add(1))))
+			rc.SetContentType("application/json")
+			rc.SetBodyString(`{"jsonrpc":"2.0","id":"taskgate-bridge-init","result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}}}}`)
+			return
+		}
+		rc.SetContentType("application/json")
+		rc.SetBodyString(`{"jsonrpc":"2.0","id":7,"result":{"tools":[]}}`)
+	})
+	initCaps := func() []string {
+		var out []string
+		for _, r := range tp.up.requests() {
+			var msg struct {
+				Method string `json:"method"`
+				Params struct {
+					Capabilities json.RawMessage `json:"capabilities"`
+				} `json:"params"`
+			}
+			if json.Unmarshal(r.Body(), &msg) == nil && msg.Method == "initialize" {
+				out = append(out, string(msg.Params.Capabilities))
+			}
+		}
+		return out
+	}
+	list := func(caps string) {
+		t.Helper()
+		resp := tp.do(modernPost("tools/list", "", caps, "", "Authorization", "Bearer alice"))
+		if resp.StatusCode() != fasthttp.StatusOK {
+			t.Fatalf("tools/list: HTTP %d %s", resp.StatusCode(), resp.Body())
+		}
+	}
+	list(`{}`)
+	list(`{"roots":{"listChanged":true}}`)
+	list(`{}`)
+	list(`{"roots":{},"sampling":{},"elicitation":{}}`)
+	list(`{"elicitation":{"form":{},"url":{}}}`)
+	want := []string{`{}`, `{"roots":{}}`, `{"elicitation":{"form":{}},"sampling":{},"roots":{}}`, `{"elicitation":{"form":{},"url":{}}}`}
+	if got := initCaps(); !slices.Equal(got, want) {
+		t.Errorf("upstream sessions initialised with capabilities %q, want %q", got, want)
+	}
+	if got := len(tp.h.w26.sessions.m); got != 4 {
+		t.Errorf("%d shared sessions for one owner and four capability sets, want 4", got)
 	}
 }
