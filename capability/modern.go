@@ -34,6 +34,19 @@ const metaServerInfo = "io.modelcontextprotocol/serverInfo"
 // unchanged. Malformed input (invalid JSON, duplicate keys in the objects
 // looked at, a non-object capabilities or extensions) wraps ErrMalformed.
 func RewriteDiscover(msg []byte) (out []byte, native bool, err error) {
+	return rewriteDiscover(msg, false)
+}
+
+// OwnDiscover is RewriteDiscover for a gateway that serves tasks itself
+// even where the upstream offers the extension (the policy's ownTasks):
+// the upstream's own extensions[ExtensionTasks] entry, with whatever
+// settings it carries, is replaced by {} as well. native reports that the
+// upstream offered the extension.
+func OwnDiscover(msg []byte) (out []byte, native bool, err error) {
+	return rewriteDiscover(msg, true)
+}
+
+func rewriteDiscover(msg []byte, own bool) (out []byte, native bool, err error) {
 	res, ok, err := result(msg)
 	if err != nil || !ok {
 		return msg, false, err
@@ -56,17 +69,18 @@ func RewriteDiscover(msg []byte) (out []byte, native bool, err error) {
 		}
 		return jsonx.Splice(msg, []jsonx.Edit{{Start: pos, End: pos, Pre: pre, Val: val}}), false, nil
 	}
-	newCaps, native, err := modernCapabilities(msg[caps.VS:caps.VE])
-	if err != nil || native {
+	newCaps, native, err := modernCapabilities(msg[caps.VS:caps.VE], own)
+	if err != nil || native && !own {
 		return msg, native, err
 	}
-	return jsonx.Splice(msg, []jsonx.Edit{{Start: caps.VS, End: caps.VE, Val: string(newCaps)}}), false, nil
+	return jsonx.Splice(msg, []jsonx.Edit{{Start: caps.VS, End: caps.VE, Val: string(newCaps)}}), native, nil
 }
 
 // modernCapabilities returns the server capabilities object caps (valid
 // JSON) without "tasks" and with extensions[ExtensionTasks] = {}. native
-// reports that caps already offers the extension (then out is nil).
-func modernCapabilities(caps []byte) (out []byte, native bool, err error) {
+// reports that caps already offers the extension (then out is nil, unless
+// own: then the upstream's entry is replaced).
+func modernCapabilities(caps []byte, own bool) (out []byte, native bool, err error) {
 	if len(caps) == 0 || caps[0] != '{' {
 		return nil, false, fmt.Errorf("capability: capabilities is not an object: %w", ErrMalformed)
 	}
@@ -84,7 +98,10 @@ func modernCapabilities(caps []byte) (out []byte, native bool, err error) {
 			return nil, false, err
 		}
 		if _, ok := jsonx.Find(ems, ExtensionTasks); ok {
-			return nil, true, nil
+			if !own {
+				return nil, true, nil
+			}
+			native = true
 		}
 	}
 	out = make([]byte, 0, len(caps)+64)
@@ -99,13 +116,18 @@ func modernCapabilities(caps []byte) (out []byte, native bool, err error) {
 	}
 	ext := make([]byte, 0, 64)
 	ext = append(ext, '{')
-	for i, m := range ems {
+	i := 0
+	for _, m := range ems {
+		if string(m.Key) == ExtensionTasks {
+			continue
+		}
 		ext = appendMember(ext, i, m.Key, caps[m.VS:m.VE])
+		i++
 	}
-	ext = appendMember(ext, len(ems), []byte(ExtensionTasks), []byte("{}"))
+	ext = appendMember(ext, i, []byte(ExtensionTasks), []byte("{}"))
 	ext = append(ext, '}')
 	out = appendMember(out, n, []byte("extensions"), ext)
-	return append(out, '}'), false, nil
+	return append(out, '}'), native, nil
 }
 
 // appendMember appends "key":val to an object being built, with a comma
@@ -142,7 +164,7 @@ func DiscoverFromInitialize(init []byte, supportedVersions []string) ([]byte, er
 	}
 	caps := []byte(`{"extensions":{"` + ExtensionTasks + `":{}}}`)
 	if c, ok := jsonx.Find(ms, "capabilities"); ok && c.Kind != 'n' {
-		mc, native, err := modernCapabilities(init[c.VS:c.VE])
+		mc, native, err := modernCapabilities(init[c.VS:c.VE], false)
 		switch {
 		case err != nil:
 			return nil, err

@@ -145,3 +145,14 @@ func TestAddCacheHints(t *testing.T) {
 		t.Errorf("AddCacheHints of a duplicate key: no error")
 	}
 }
+
+// OwnDiscover replaces an upstream's own tasks extension (and drops its
+// legacy tasks capability): the gateway serves tasks.
+func TestOwnDiscover(t *testing.T) {
+	in := `{"jsonrpc":"2.0","id":1,"result":{"capabilities":{"tools":{},"tasks":{"list":{}},"extensions":{"io.modelcontextprotocol/tasks":{"x":1},"x/y":{}}}}}`
+	want := `{"jsonrpc":"2.0","id":1,"result":{"capabilities":{"tools":{},"extensions":{"x/y":{},"io.modelcontextprotocol/tasks":{}}}}}`
+	out, native, err := OwnDiscover([]byte(in))
+	if err != nil || !native || string(out) != want {
+		t.Fatalf("OwnDiscover = %s, %v, %v; want %s, true", out, native, err, want)
+	}
+}

@@ -3,7 +3,10 @@ package proxy
 import (
 	"encoding/json"
 	"io"
+	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,5 +167,61 @@ func BenchmarkTaskCreateByEra(b *testing.B) {
 				rc.Response.Reset()
 			}
 		})
+	}
+}
+
+// The bridge's upstream session declares the client capabilities the 2026
+// request declares, no more: a request without any gets a session
+// initialised with none (a 2025 server then neither lists what needs them
+// nor asks for roots), and one owner's requests that declare different
+// sets get different sessions, those that declare the same set one (the
+// shared sessions all stay open: none is closed upstream).
+func TestBridgeSessionCapabilities(t *testing.T) {
+	var n atomic.Int32
+	tp := newTestProxy(t, func(rc *fasthttp.RequestCtx) {
+		if rc.IsPost() && strings.Contains(string(rc.PostBody()), `"initialize"`) {
+			rc.Response.Header.Set("Mcp-Session-Id", "s"+strconv.Itoa(int(n.Add(1))))
+			rc.SetContentType("application/json")
+			rc.SetBodyString(`{"jsonrpc":"2.0","id":"taskgate-bridge-init","result":{"protocolVersion":"2025-11-25","capabilities":{"tools":{}}}}`)
+			return
+		}
+		rc.SetContentType("application/json")
+		rc.SetBodyString(`{"jsonrpc":"2.0","id":7,"result":{"tools":[]}}`)
+	})
+	initCaps := func() []string {
+		var out []string
+		for _, r := range tp.up.requests() {
+			var msg struct {
+				Method string `json:"method"`
+				Params struct {
+					Capabilities json.RawMessage `json:"capabilities"`
+				} `json:"params"`
+			}
+			if json.Unmarshal(r.Body(), &msg) == nil && msg.Method == "initialize" {
+				out = append(out, string(msg.Params.Capabilities))
+			}
+		}
+		return out
+	}
+	list := func(caps string) {
+		t.Helper()
+		resp := tp.do(post2026("tools/list", "", caps, "", "Authorization", "Bearer alice"))
+		if resp.StatusCode() != fasthttp.StatusOK {
+			t.Fatalf("tools/list: HTTP %d %s", resp.StatusCode(), resp.Body())
+		}
+	}
+	list(`{}`)
+	list(`{"roots":{"listChanged":true}}`)
+	list(`{}`)
+	list(`{"roots":{},"sampling":{},"elicitation":{}}`)
+	list(`{"elicitation":{"form":{},"url":{}}}`)
+	want := []string{`{}`, `{"roots":{}}`, `{"elicitation":{"form":{}},"sampling":{},"roots":{}}`, `{"elicitation":{"form":{},"url":{}}}`}
+	if got := initCaps(); !slices.Equal(got, want) {
+		t.Errorf("upstream sessions initialised with capabilities %q, want %q", got, want)
+	}
+	for _, r := range tp.up.requests() {
+		if string(r.Header.Method()) == fasthttp.MethodDelete {
+			t.Errorf("shared session %s closed upstream, want all four kept", r.Header.Peek("Mcp-Session-Id"))
+		}
 	}
 }

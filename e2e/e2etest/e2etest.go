@@ -88,6 +88,7 @@ type Proc struct {
 	state   *os.ProcessState // set before exited is closed
 	checks  []func(out string) string
 	logTail int
+	always  bool
 }
 
 // Option adjusts Start.
@@ -111,6 +112,10 @@ func RaceOrPanic(out string) string {
 // LogTail makes a failed test log only the last n bytes of the output
 // (default: all of it).
 func LogTail(n int) Option { return func(p *Proc) { p.logTail = n } }
+
+// AlwaysLog makes the output go to the test log even when the test passed
+// (for reading a passing run's traffic, e.g. INTEROP_LOGS=1).
+func AlwaysLog(on bool) Option { return func(p *Proc) { p.always = on } }
 
 // Start starts cmd, with stdout and stderr captured, and registers in
 // t.Cleanup: kill it and wait for it, run the CheckOutput checks, and when
@@ -139,7 +144,7 @@ func Start(t testing.TB, name string, cmd *exec.Cmd, opts ...Option) *Proc {
 				t.Errorf("%s %s", name, msg)
 			}
 		}
-		if t.Failed() {
+		if t.Failed() || p.always {
 			if p.logTail > 0 {
 				out = Tail(out, p.logTail)
 			}

@@ -50,7 +50,7 @@ func TestMain(m *testing.M) {
 // the last 6000 bytes of its output go to the test log.
 func startProc(t testing.TB, name string, cmd *exec.Cmd) *e2etest.Proc {
 	t.Helper()
-	return e2etest.Start(t, name, cmd, e2etest.LogTail(6000))
+	return e2etest.Start(t, name, cmd, e2etest.LogTail(6000), e2etest.AlwaysLog(os.Getenv("INTEROP_LOGS") == "1"))
 }
 
 // startHTTPServer starts an MCP server that prints "listening on URL" once

@@ -33,6 +33,7 @@ type callState struct {
 	params []byte // the call's params as sent upstream (for the retries of a 2026 upstream)
 	// declared input types of the creating request: only these are asked.
 	elicitation, sampling, roots bool
+	caps                         bridgeCaps     // what its upstream session declares (a 2025 upstream)
 	session                      *bridgeSession // the upstream session of a 2025 upstream (nil otherwise)
 
 	// notes carries, for a plain call (one its client never sees as a
@@ -72,7 +73,7 @@ type question struct {
 func newCallState(era int, m *reqMeta, params []byte) *callState {
 	return &callState{
 		era: era, params: params,
-		elicitation: m.elicitation, sampling: m.sampling, roots: m.roots,
+		elicitation: m.elicitation, sampling: m.sampling, roots: m.roots, caps: m.caps(),
 		asked: make(chan struct{}), open: make(map[string]*question),
 	}
 }

@@ -13,8 +13,9 @@
 // tasks/update, tasks/cancel, the signed requestState), call.go (the
 // questions of a running call, answers from any replica, the retries of a
 // 2026 upstream), upstream.go (the upstream's era, the bridge to a 2025
-// upstream with its credential-bound sessions and the private sessions of
-// requests without credentials), listen.go (subscriptions/listen),
-// urlelicit.go (URL elicitation). Package schema renders the revision's
-// shapes; it is pure.
+// upstream with its sessions bound to a credential and the request's
+// declared capabilities, and the private sessions of requests without
+// credentials), cancel.go (notifications/cancelled of a running bridged
+// call), listen.go (subscriptions/listen), urlelicit.go (URL
+// elicitation). Package schema renders the revision's shapes; it is pure.
 package v20260728

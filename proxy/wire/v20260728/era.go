@@ -125,7 +125,7 @@ func (w *Wire) serveMethod(s *wire.Spec, rc *fasthttp.RequestCtx, info *wire.Inf
 		w.fail(rc, info, env.ID, 404, wire.CodeMethodNotFound,
 			"taskgate: "+env.Method+" does not exist at protocol version "+schema.ProtocolVersion+"; tasks/get carries the result", nil)
 	case serveDiscover:
-		w.discover(rc, info, env, era)
+		w.discover(rc, info, env, m, era)
 	case serveListen:
 		w.listen(rc, info, env, m, era)
 	case serveLegacyOnly:
@@ -139,3 +139,7 @@ func (w *Wire) serveMethod(s *wire.Spec, rc *fasthttp.RequestCtx, info *wire.Inf
 		w.forward(rc, info, env, m, era)
 	}
 }
+
+// InFlight reports how many bridged plain calls are running that a
+// client's notifications/cancelled can reach (cancel.go).
+func (w *Wire) InFlight() int { return w.calls.len() }

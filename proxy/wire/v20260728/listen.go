@@ -71,7 +71,7 @@ func (w *Wire) listen(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelo
 		return
 	}
 	id := append([]byte(nil), env.ID...)
-	s, err := w.session(&rc.Request.Header)
+	s, err := w.session(&rc.Request.Header, m.caps())
 	if err != nil {
 		w.UpstreamFailed(rc, info, id, err)
 		return

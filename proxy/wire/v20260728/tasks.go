@@ -48,6 +48,9 @@ func (w *Wire) createTask(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.En
 		return
 	}
 	params, err := upstreamParams(env.Params, era)
+	if err == nil && era == era2026 && w.owned() {
+		params, err = withoutTasksExtension(params)
+	}
 	if err != nil {
 		wire.RPCError(rc, info, env.ID, wire.NewError(wire.CodeInvalidParams, "taskgate: invalid tools/call params: "+err.Error()))
 		return
@@ -98,6 +101,11 @@ func (w *Wire) createTask(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.En
 		Dur("ttl", t.TTL).Msg("task created")
 	w.Eng.Start(&j.Job)
 
+	untrack := func() {}
+	if plain {
+		// The client may cancel the call it waits for (cancel.go).
+		untrack = w.trackCall(rc, env.ID, func(reason string) { _ = w.Eng.Withdraw(w.Root, &j.Job, reason) })
+	}
 	var window <-chan time.Time
 	if !plain {
 		timer := time.NewTimer(w.window)
@@ -114,8 +122,10 @@ func (w *Wire) createTask(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.En
 	case <-window:
 		w.created(rc, env.ID, j.Task)
 	case n := <-mj.notes: // (nil unless plain)
-		w.streamPlain(rc, info, env.ID, owner, j, m, n, mj.asked, true)
+		w.streamPlain(rc, info, env.ID, owner, j, m, n, mj.asked, true, untrack)
+		return
 	}
+	untrack()
 }
 
 // streamPlain answers a plain call (see createTask) whose request asked for
@@ -124,7 +134,7 @@ func (w *Wire) createTask(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.En
 // then the call's outcome, or an InputRequiredResult when the upstream
 // asks (asked closes; hold: the call was not answered yet, so an unanswered
 // hold expires). A client that closes the stream withdraws the call.
-func (w *Wire) streamPlain(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, owner string, j *wire.Job, m *reqMeta, n []byte, asked <-chan struct{}, hold bool) {
+func (w *Wire) streamPlain(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, owner string, j *wire.Job, m *reqMeta, n []byte, asked <-chan struct{}, hold bool, untrack func()) {
 	id = append([]byte(nil), id...)
 	meta := *m
 	rc.SetStatusCode(fasthttp.StatusOK)
@@ -138,6 +148,7 @@ func (w *Wire) streamPlain(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, 
 	w.Eng.Enter()
 	rc.SetBodyStreamWriter(func(bw *bufio.Writer) {
 		defer w.Eng.Leave()
+		defer untrack()
 		outcome := ""
 		defer func() { se.End(outcome) }()
 		ctx, cancel := context.WithCancel(w.Root)
@@ -396,6 +407,7 @@ func (w *Wire) resumeHeld(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.En
 		w.inputRequired(rc, env.ID, owner, j, true) // questions left unanswered
 		return
 	}
+	untrack := w.trackCall(rc, env.ID, func(reason string) { _ = w.Eng.Withdraw(w.Root, &j.Job, reason) })
 	select {
 	case <-j.Settled():
 		w.plainOutcome(rc, info, env.ID, j, m)
@@ -403,8 +415,10 @@ func (w *Wire) resumeHeld(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.En
 		info.Outcome = "input_required"
 		w.inputRequired(rc, env.ID, owner, j, true)
 	case n := <-stateOf(j).notes: // (nil unless the creating request asked)
-		w.streamPlain(rc, info, env.ID, owner, j, m, n, next, false)
+		w.streamPlain(rc, info, env.ID, owner, j, m, n, next, false, untrack)
+		return
 	}
+	untrack()
 }
 
 // tasksMethod serves tasks/get, tasks/update and tasks/cancel of the 2026

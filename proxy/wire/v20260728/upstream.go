@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,8 +29,8 @@ import (
 // taskgate answers itself; one that also offers the tasks extension gets
 // everything untouched. An upstream of the 2025 era needs sessions: for its
 // stateless 2026 clients taskgate holds upstream sessions (one per
-// credential, initialised with every capability it can bridge, bounded in
-// number, closed when idle; a request without credentials gets a session
+// credential and set of declared client capabilities, initialised with
+// those capabilities, bounded in number, closed when idle; a request without credentials gets a session
 // of its own, closed when the request ends: see anonymous.md), sends each
 // request in the session with the 2026 _meta keys removed, and gives
 // results the resultType the 2026 wire requires (and tools no execution
@@ -42,13 +43,16 @@ const eraProbeRetry = 2 * time.Second
 // the first time: a 2026 upstream answers it with a DiscoverResult that
 // lists 2026-07-28, a 2025 one refuses it. native reports a 2026 upstream
 // that offers the tasks extension itself.
+//
+// Under the policy's ownTasks, native is false whatever the upstream
+// offers: taskgate serves the extension itself (see owned).
 func (w *Wire) upstreamEra() (era int, native bool, err error) {
 	w.mu.Lock()
 	era, native = w.era, w.native
 	wait := time.Until(w.probeAfter)
 	w.mu.Unlock()
 	if era != 0 {
-		return era, native, nil
+		return era, native && !w.Policy().OwnTasks, nil
 	}
 	if wait > 0 {
 		return 0, false, errors.New("probing the upstream's protocol era failed a moment ago")
@@ -82,7 +86,52 @@ func (w *Wire) upstreamEra() (era int, native bool, err error) {
 	w.era, w.native = era, native
 	w.mu.Unlock()
 	w.Log.Info().Int("upstream_era", era).Bool("upstream_tasks_extension", native).Msg("2026-07-28 client: upstream era probed")
-	return era, native, nil
+	if native && w.Policy().OwnTasks {
+		w.Log.Info().Msg("the upstream offers the tasks extension itself; the policy's ownTasks has taskgate serve it (the upstream gets plain calls)")
+	}
+	return era, native && !w.Policy().OwnTasks, nil
+}
+
+// owned reports whether the upstream offers the tasks extension itself
+// but the policy's ownTasks has taskgate serve it: the extension is then
+// hidden from the upstream (withoutTasksExtension), so that it runs every
+// call plainly, and server/discover shows taskgate's.
+func (w *Wire) owned() bool {
+	w.mu.Lock()
+	native := w.native
+	w.mu.Unlock()
+	return native && w.Policy().OwnTasks
+}
+
+// withoutTasksExtension returns params without the tasks extension in
+// _meta's client capabilities: taskgate runs the call, and the upstream,
+// which offers the extension itself, must not make it a task of its own.
+func withoutTasksExtension(params []byte) ([]byte, error) {
+	vals, err := jsonx.Members(params, "_meta")
+	if err != nil || !isObject(vals[0]) {
+		return params, err
+	}
+	mv, err := jsonx.Members(vals[0], schema.MetaClientCapabilities)
+	if err != nil || !isObject(mv[0]) {
+		return params, err
+	}
+	cv, err := jsonx.Members(mv[0], "extensions")
+	if err != nil || !isObject(cv[0]) {
+		return params, err
+	}
+	ext, err := jsonx.DeleteMember(cv[0], schema.ExtensionTasks)
+	if err != nil || len(ext) == len(cv[0]) {
+		return params, err
+	}
+	caps, err := jsonx.SetMember(mv[0], "extensions", ext)
+	if err != nil {
+		return nil, err
+	}
+	meta, err := jsonx.SetMember(vals[0], schema.MetaClientCapabilities, caps)
+	if err != nil {
+		return nil, err
+	}
+	return jsonx.SetMember(params, "_meta", meta)
 }
 
 // resultOf returns the result object of a JSON-RPC response.
@@ -234,7 +283,7 @@ func (w *Wire) prepareCall(rc *fasthttp.RequestCtx, req *fasthttp.Request, era i
 	if era == era2026 {
 		return nil
 	}
-	s, err := w.session(&rc.Request.Header)
+	s, err := w.session(&rc.Request.Header, mj.caps)
 	if err != nil {
 		return err
 	}
@@ -251,6 +300,12 @@ func (w *Wire) plainCall(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Env
 		return
 	}
 	if era == era2026 {
+		if w.owned() {
+			if params, err = withoutTasksExtension(params); err != nil {
+				w.fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: invalid tools/call params: "+err.Error(), nil)
+				return
+			}
+		}
 		if len(params) != len(env.Params) {
 			body, err := jsonx.SetMember(rc.PostBody(), "params", params)
 			if err != nil {
@@ -282,7 +337,7 @@ func (w *Wire) forward(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envel
 // discover answers server/discover: a 2026 upstream's own answer with the
 // tasks extension added, or for a 2025 upstream one made from the result of
 // its initialize.
-func (w *Wire) discover(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, era int) {
+func (w *Wire) discover(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, m *reqMeta, era int) {
 	if !env.IsRequest() {
 		w.fail(rc, info, nil, 400, wire.CodeInvalidRequest, "taskgate: server/discover must be a request with an id", nil)
 		return
@@ -292,7 +347,11 @@ func (w *Wire) discover(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Enve
 	if era == era2026 {
 		w.Forward(rc, info, id, func(*fasthttp.Response) func(msg []byte) []byte {
 			return func(msg []byte) []byte {
-				out, _, err := capability.RewriteDiscover(msg)
+				rewrite := capability.RewriteDiscover
+				if w.owned() {
+					rewrite = capability.OwnDiscover
+				}
+				out, _, err := rewrite(msg)
 				if err != nil {
 					log.Warn().Err(err).Msg("server/discover result not rewritten: malformed upstream answer")
 					return msg
@@ -302,7 +361,7 @@ func (w *Wire) discover(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Enve
 		})
 		return
 	}
-	s, err := w.session(&rc.Request.Header)
+	s, err := w.session(&rc.Request.Header, m.caps())
 	if err != nil {
 		w.UpstreamFailed(rc, info, id, err)
 		return
@@ -353,6 +412,7 @@ func (w *Wire) bridge(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelo
 	}
 	ctx, cancel := context.WithTimeout(w.Root, bridgeDeadline)
 	defer cancel()
+	defer w.trackCall(rc, id, func(string) { cancel() })()
 	w.answerBridged(rc, info, w.bridgeExchange(ctx, &rc.Request.Header, env.Method, id, body, m, nil, nil))
 }
 
@@ -392,6 +452,7 @@ func (w *Wire) bridgeStream(rc *fasthttp.RequestCtx, info *wire.Info, method str
 	rc.Request.Header.CopyTo(hdr)
 	meta := *m
 	ctx, cancel := context.WithTimeout(w.Root, bridgeDeadline)
+	untrack := w.trackCall(rc, id, func(string) { cancel() })
 	notes := make(chan []byte, 64)
 	done := make(chan bridgeAnswer, 1)
 	relay := func(n []byte) {
@@ -402,7 +463,10 @@ func (w *Wire) bridgeStream(rc *fasthttp.RequestCtx, info *wire.Info, method str
 	}
 	// The exchange ends by ctx at the latest (the deadline, the client
 	// leaving, shutdown); whoever answers waits for done.
-	go func() { done <- w.bridgeExchange(ctx, hdr, method, id, body, &meta, token, relay) }()
+	go func() {
+		defer untrack()
+		done <- w.bridgeExchange(ctx, hdr, method, id, body, &meta, token, relay)
+	}()
 	var first []byte
 	select {
 	case a := <-done:
@@ -483,7 +547,7 @@ func (w *Wire) bridgeExchange(ctx context.Context, hdr *fasthttp.RequestHeader, 
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
 		var s *bridgeSession
-		if s, err = w.session(hdr); err != nil {
+		if s, err = w.session(hdr, m.caps()); err != nil {
 			break
 		}
 		req := fasthttp.AcquireRequest()
@@ -508,7 +572,7 @@ func (w *Wire) bridgeExchange(ctx context.Context, hdr *fasthttp.RequestHeader, 
 		if err == nil && status == fasthttp.StatusNotFound && !isErrorResponse(msg) {
 			// The upstream ended the session (it did not run the
 			// request): open a new one and send it again.
-			w.sessions.drop(s.owner, s)
+			w.sessions.drop(s)
 			continue
 		}
 		break
@@ -555,6 +619,10 @@ func (w *Wire) bridgeExchange(ctx context.Context, hdr *fasthttp.RequestHeader, 
 	switch {
 	case answered && errorCodeOf(msg) == wire.CodeMethodNotFound:
 		status = fasthttp.StatusNotFound
+	case answered && errorCodeOf(msg) == schema.CodeMissingCapability:
+		// An upstream that knows the 2026 error (and answers it on the
+		// 2025 wire with HTTP 200): on this wire it is HTTP 400.
+		status = fasthttp.StatusBadRequest
 	case status >= 200 && status <= 299:
 		status = fasthttp.StatusOK
 	}
@@ -643,19 +711,87 @@ type bridgeSessions struct {
 }
 
 // session returns the upstream session a bridged request of the 2026 wire
-// with the headers hdr runs in; release it with done. A request with
-// credentials (Authorization) shares the session of its owner; one without
-// gets a session of its own, which no other request ever sees and which is
-// closed when the request (or the call it started) ends: a request without
-// credentials must never meet upstream state another request created, and
-// on the 2026 wire, which has no sessions, nothing else tells two such
-// requests apart (see anonymous.md).
-func (w *Wire) session(hdr *fasthttp.RequestHeader) (*bridgeSession, error) {
+// with the headers hdr, declaring the client capabilities caps, runs in;
+// release it with done. A request with credentials (Authorization) shares
+// the session of its owner and capabilities; one without gets a session of
+// its own, which no other request ever sees and which is closed when the
+// request (or the call it started) ends: a request without credentials
+// must never meet upstream state another request created, and on the 2026
+// wire, which has no sessions, nothing else tells two such requests apart
+// (see anonymous.md).
+//
+// The session declares to the upstream the capabilities the request
+// declares (of those the bridge carries: elicitation with its modes,
+// sampling, roots), no
+// more: a 2025 server decides by them what it offers and asks (a server
+// may list tools only to clients that can sample, or ask roots/list of a
+// client that declares roots), so the request sees what it would see
+// talking to the server itself. One owner therefore has up to one shared
+// session per set of capabilities its requests declare (16 at most);
+// server state lives in each of them separately.
+func (w *Wire) session(hdr *fasthttp.RequestHeader, caps bridgeCaps) (*bridgeSession, error) {
 	owner, identified := w.Owner(hdr)
 	if !identified {
-		return w.sessions.private(hdr)
+		return w.sessions.private(hdr, caps)
 	}
-	return w.sessions.get(owner, hdr)
+	return w.sessions.get(owner, caps, hdr)
+}
+
+// bridgeCaps is a set of the client capabilities a bridged upstream
+// session declares.
+type bridgeCaps uint8
+
+const (
+	capElicitForm bridgeCaps = 1 << iota
+	capElicitURL
+	capSampling
+	capRoots
+)
+
+// caps returns the capabilities m declares (none for a nil m).
+func (m *reqMeta) caps() bridgeCaps {
+	var c bridgeCaps
+	if m == nil {
+		return c
+	}
+	if m.elicitForm {
+		c |= capElicitForm
+	}
+	if m.elicitURL {
+		c |= capElicitURL
+	}
+	if m.sampling {
+		c |= capSampling
+	}
+	if m.roots {
+		c |= capRoots
+	}
+	return c
+}
+
+// json renders c as the capabilities of an initialize request.
+func (c bridgeCaps) json() string {
+	var parts []string
+	switch c & (capElicitForm | capElicitURL) {
+	case capElicitForm:
+		parts = append(parts, `"elicitation":{"form":{}}`)
+	case capElicitURL:
+		parts = append(parts, `"elicitation":{"url":{}}`)
+	case capElicitForm | capElicitURL:
+		parts = append(parts, `"elicitation":{"form":{},"url":{}}`)
+	}
+	if c&capSampling != 0 {
+		parts = append(parts, `"sampling":{}`)
+	}
+	if c&capRoots != 0 {
+		parts = append(parts, `"roots":{}`)
+	}
+	return "{" + strings.Join(parts, ",") + "}"
+}
+
+// sessionKey is the key of owner's shared session with the capabilities c.
+func sessionKey(owner string, c bridgeCaps) string {
+	return owner + "/" + strconv.Itoa(int(c))
 }
 
 // bridgeSession is one upstream session.
@@ -664,6 +800,8 @@ type bridgeSession struct {
 	// credentials, never in the map), which done closes.
 	pool    *bridgeSessions
 	owner   string
+	key     string        // in bridgeSessions.m (sessionKey); "" for a private one
+	caps    bridgeCaps    // the client capabilities it declares
 	ready   chan struct{} // closed once initialised (or failed)
 	err     error
 	sid     string
@@ -699,8 +837,8 @@ func (s *bridgeSession) done() {
 // credentials): it is in no map, so no other request finds it, and done
 // closes it. Private sessions do not count towards max: each lives only as
 // long as its request or its call.
-func (b *bridgeSessions) private(hdr *fasthttp.RequestHeader) (*bridgeSession, error) {
-	s := &bridgeSession{pool: b, owner: wire.OwnerAnonymous, ready: make(chan struct{})}
+func (b *bridgeSessions) private(hdr *fasthttp.RequestHeader, caps bridgeCaps) (*bridgeSession, error) {
+	s := &bridgeSession{pool: b, owner: wire.OwnerAnonymous, caps: caps, ready: make(chan struct{})}
 	s.users.Add(1)
 	s.err = b.open(s, hdr)
 	close(s.ready)
@@ -723,11 +861,12 @@ func (b *bridgeSessions) closeLater(s *bridgeSession) {
 	}()
 }
 
-// get returns owner's session, opening it when there is none; release it
-// with done.
-func (b *bridgeSessions) get(owner string, hdr *fasthttp.RequestHeader) (*bridgeSession, error) {
+// get returns owner's session declaring caps, opening it when there is
+// none; release it with done.
+func (b *bridgeSessions) get(owner string, caps bridgeCaps, hdr *fasthttp.RequestHeader) (*bridgeSession, error) {
+	key := sessionKey(owner, caps)
 	b.mu.Lock()
-	s, ok := b.m[owner]
+	s, ok := b.m[key]
 	var victim *bridgeSession
 	if !ok {
 		if len(b.m) >= b.max {
@@ -736,8 +875,8 @@ func (b *bridgeSessions) get(owner string, hdr *fasthttp.RequestHeader) (*bridge
 				return nil, fmt.Errorf("%w: all %d upstream sessions are in use", errNoBridgeSession, b.max)
 			}
 		}
-		s = &bridgeSession{owner: owner, ready: make(chan struct{})}
-		b.m[owner] = s
+		s = &bridgeSession{owner: owner, key: key, caps: caps, ready: make(chan struct{})}
+		b.m[key] = s
 	}
 	s.users.Add(1)
 	b.mu.Unlock()
@@ -748,7 +887,7 @@ func (b *bridgeSessions) get(owner string, hdr *fasthttp.RequestHeader) (*bridge
 		s.err = b.open(s, hdr)
 		close(s.ready)
 		if s.err != nil {
-			b.drop(owner, s)
+			b.drop(s)
 		}
 	}
 	<-s.ready
@@ -769,16 +908,16 @@ func (b *bridgeSessions) evictLocked() *bridgeSession {
 		}
 	}
 	if victim != nil {
-		delete(b.m, victim.owner)
+		delete(b.m, victim.key)
 	}
 	return victim
 }
 
 // drop forgets s (the upstream ended it, or it failed to open).
-func (b *bridgeSessions) drop(owner string, s *bridgeSession) {
+func (b *bridgeSessions) drop(s *bridgeSession) {
 	b.mu.Lock()
-	if b.m[owner] == s {
-		delete(b.m, owner)
+	if s.key != "" && b.m[s.key] == s {
+		delete(b.m, s.key)
 	}
 	b.mu.Unlock()
 }
@@ -823,11 +962,6 @@ func (b *bridgeSessions) closeAll() {
 	b.closing.Wait()
 }
 
-// bridgeCapabilities are the client capabilities taskgate declares to a
-// 2025 upstream for its 2026 clients: all it can bridge. Each request's
-// own declaration decides what reaches that client.
-const bridgeCapabilities = `{"elicitation":{"form":{},"url":{}},"sampling":{},"roots":{}}`
-
 // open initialises s: initialize, then notifications/initialized.
 func (b *bridgeSessions) open(s *bridgeSession, hdr *fasthttp.RequestHeader) error {
 	w := b.w
@@ -840,7 +974,7 @@ func (b *bridgeSessions) open(s *bridgeSession, hdr *fasthttp.RequestHeader) err
 	req.Header.Del(schema.HeaderMethod)
 	req.Header.Del(schema.HeaderName)
 	req.SetBodyString(`{"jsonrpc":"2.0","id":"taskgate-bridge-init","method":"initialize","params":{"protocolVersion":"` +
-		capability.ProtocolVersion + `","capabilities":` + bridgeCapabilities +
+		capability.ProtocolVersion + `","capabilities":` + s.caps.json() +
 		`,"clientInfo":{"name":"taskgate-bridge","version":"1"}}}`)
 	status, msg, sid, err := w.exchange(ctx, req, nil)
 	if err != nil {
@@ -869,7 +1003,8 @@ func (b *bridgeSessions) open(s *bridgeSession, hdr *fasthttp.RequestHeader) err
 		w.postWith(&req.Header, []byte(`{"jsonrpc":"2.0","id":"taskgate-bridge-loglevel","method":"logging/setLevel","params":{"level":"debug"}}`))
 	}
 	if s.pool == nil {
-		w.Log.Info().Str(wire.LogOwner, s.owner).Str("upstream_version", s.version).Msg("upstream session opened for 2026-07-28 clients")
+		w.Log.Info().Str(wire.LogOwner, s.owner).Str("client_capabilities", s.caps.json()).Str("upstream_version", s.version).
+			Msg("upstream session opened for 2026-07-28 clients")
 	} else {
 		w.Log.Debug().Str("upstream_version", s.version).Msg("upstream session opened for one 2026-07-28 request without credentials")
 	}

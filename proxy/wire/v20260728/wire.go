@@ -60,6 +60,9 @@ type Wire struct {
 	probeAfter time.Time // no new era probe before this after one failed
 
 	sessions bridgeSessions
+	// calls are the bridged plain calls running, which a
+	// notifications/cancelled can reach (cancel.go).
+	calls inflightCalls
 }
 
 // Upstream eras.
@@ -89,6 +92,9 @@ type reqMeta struct {
 	logLevel string
 	// The client capabilities this request declares.
 	tasks, elicitation, sampling, roots bool
+	// The elicitation modes it declares (an empty elicitation object is
+	// form mode).
+	elicitForm, elicitURL bool
 }
 
 var metaVersionKey = []byte(schema.MetaProtocolVersion)
@@ -116,6 +122,10 @@ func (w *Wire) serve(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelop
 	switch {
 	case err != nil:
 		w.fail(rc, info, env.ID, 400, wire.CodeInvalidParams, "taskgate: invalid params._meta: "+err.Error(), nil)
+		return true
+	case env.Method == wire.NotificationCancelled && !env.IsRequest() && (header2026 || m.version == schema.ProtocolVersion):
+		// (A notification declares nothing: no _meta is needed.)
+		w.cancelled(rc, info, env)
 		return true
 	case m.version == "" && !env.IsRequest():
 		return false // a notification: nothing to check
@@ -252,6 +262,14 @@ func parseMeta(params []byte) (reqMeta, error) {
 			return m, err
 		}
 		m.elicitation = isObject(cv[1])
+		if m.elicitation {
+			ev, err := jsonx.Members(cv[1], "form", "url")
+			if err != nil {
+				return m, err
+			}
+			m.elicitURL = isObject(ev[1])
+			m.elicitForm = isObject(ev[0]) || ev[0] == nil && ev[1] == nil
+		}
 		m.sampling = isObject(cv[2])
 		m.roots = isObject(cv[3])
 		if isObject(cv[0]) {

@@ -39,7 +39,12 @@ func TestParseMeta(t *testing.T) {
 		{
 			name:   "tasks and elicitation",
 			params: `{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{},"extensions":{"io.modelcontextprotocol/tasks":{}}}}}`,
-			want:   reqMeta{version: "2026-07-28", hasCaps: true, tasks: true, elicitation: true},
+			want:   reqMeta{version: "2026-07-28", hasCaps: true, tasks: true, elicitation: true, elicitForm: true},
+		},
+		{
+			name:   "elicitation modes",
+			params: `{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{"elicitation":{"url":{}}}}}`,
+			want:   reqMeta{version: "2026-07-28", hasCaps: true, elicitation: true, elicitURL: true},
 		},
 		{
 			name:   "empty capabilities",
@@ -128,15 +133,15 @@ func TestBridgeSessions(t *testing.T) {
 		h.Set("Authorization", "Bearer "+who)
 		return &h
 	}
-	a, err := b.get("a", hdr("a"))
+	a, err := b.get("a", 0, hdr("a"))
 	if err != nil || a.sid != "s-a" || a.version != "2025-06-18" {
 		t.Fatalf("get(a) = %+v, %v", a, err)
 	}
-	if _, err := b.get("b", hdr("b")); err == nil {
+	if _, err := b.get("b", 0, hdr("b")); err == nil {
 		t.Fatal("a second owner got a session while the only one is in use")
 	}
 	a.done()
-	s, err := b.get("b", hdr("b"))
+	s, err := b.get("b", 0, hdr("b"))
 	if err != nil || s.sid != "s-b" {
 		t.Fatalf("get(b) after a was released = %+v, %v", s, err)
 	}
@@ -229,11 +234,11 @@ func TestBridgeSessionsAnonymous(t *testing.T) {
 	})
 	w := tw.w
 	var anon fasthttp.RequestHeader
-	a, err := w.session(&anon)
+	a, err := w.session(&anon, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := w.session(&anon)
+	b, err := w.session(&anon, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,12 +263,12 @@ func TestBridgeSessionsAnonymous(t *testing.T) {
 
 	var alice fasthttp.RequestHeader
 	alice.Set("Authorization", "Bearer alice")
-	c, err := w.session(&alice)
+	c, err := w.session(&alice, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c.done()
-	d, err := w.session(&alice)
+	d, err := w.session(&alice, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
