@@ -106,9 +106,9 @@ func (c *inflightCalls) len() int {
 }
 
 // callKey is the key of the request id id (raw JSON) of the caller of rc
-// in inflightCalls.
-func (w *Wire) callKey(rc *fasthttp.RequestCtx, id []byte) string {
-	owner, identified := w.Owner(&rc.Request.Header)
+// in inflightCalls (ownerOf is the front's Owner).
+func callKey(ownerOf func(*fasthttp.RequestHeader) (string, bool), rc *fasthttp.RequestCtx, id []byte) string {
+	owner, identified := ownerOf(&rc.Request.Header)
 	var b strings.Builder
 	b.WriteString(owner)
 	b.WriteByte(0)
@@ -126,7 +126,7 @@ func (w *Wire) trackCall(rc *fasthttp.RequestCtx, id []byte, cancel func(reason 
 	if len(id) == 0 {
 		return func() {}
 	}
-	return w.calls.add(w.callKey(rc, id), cancel)
+	return w.calls.add(callKey(w.Owner, rc, id), cancel)
 }
 
 // cancelled serves a 2026 notifications/cancelled: the call it names is
@@ -144,7 +144,7 @@ func (w *Wire) cancelled(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Env
 			}
 		}
 	}
-	matched := len(reqID) > 0 && w.calls.cancel(w.callKey(rc, reqID), reason)
+	matched := len(reqID) > 0 && w.calls.cancel(callKey(w.Owner, rc, reqID), reason)
 	if matched {
 		w.LogOf(info).Info().Msg("2026 request cancelled by the client")
 	}

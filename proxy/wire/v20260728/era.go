@@ -122,7 +122,7 @@ func (w *Wire) serveMethod(s *wire.Spec, rc *fasthttp.RequestCtx, info *wire.Inf
 	case serveTasks:
 		w.tasksMethod(rc, info, env, m)
 	case serveNotIn2026:
-		w.fail(rc, info, env.ID, 404, wire.CodeMethodNotFound,
+		fail(rc, info, env.ID, 404, wire.CodeMethodNotFound,
 			"taskgate: "+env.Method+" does not exist at protocol version "+schema.ProtocolVersion+"; tasks/get carries the result", nil)
 	case serveDiscover:
 		w.discover(rc, info, env, m, era)
@@ -130,7 +130,7 @@ func (w *Wire) serveMethod(s *wire.Spec, rc *fasthttp.RequestCtx, info *wire.Inf
 		w.listen(rc, info, env, m, era)
 	case serveLegacyOnly:
 		if era == era2025 {
-			w.fail(rc, info, env.ID, 404, wire.CodeMethodNotFound,
+			fail(rc, info, env.ID, 404, wire.CodeMethodNotFound,
 				"taskgate: "+env.Method+" does not exist at protocol version "+schema.ProtocolVersion, nil)
 			return
 		}

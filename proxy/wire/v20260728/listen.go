@@ -48,7 +48,7 @@ var listenNotifications = []struct{ member, method, capability string }{
 // tasks extension declared (M-26).
 func (w *Wire) listen(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, m *reqMeta, era int) {
 	if !env.IsRequest() || env.Params == nil {
-		w.fail(rc, info, env.ID, 400, wire.CodeInvalidRequest, "taskgate: subscriptions/listen must be a request with params", nil)
+		fail(rc, info, env.ID, 400, wire.CodeInvalidRequest, "taskgate: subscriptions/listen must be a request with params", nil)
 		return
 	}
 	vals, err := jsonx.Members(env.Params, "notifications")
@@ -57,12 +57,12 @@ func (w *Wire) listen(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelo
 		filter, err = jsonx.Members(vals[0], "toolsListChanged", "promptsListChanged", "resourcesListChanged", "taskIds")
 	}
 	if err != nil || filter == nil {
-		w.fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: subscriptions/listen needs a notifications object", nil)
+		fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: subscriptions/listen needs a notifications object", nil)
 		return
 	}
 	if t := filter[3]; t != nil && string(t) != "null" && !m.tasks {
 		info.Outcome = "task_required"
-		w.fail(rc, info, env.ID, 400, schema.CodeMissingCapability, "taskgate: subscribing to task status needs the extension "+
+		fail(rc, info, env.ID, 400, schema.CodeMissingCapability, "taskgate: subscribing to task status needs the extension "+
 			schema.ExtensionTasks+" in the request's client capabilities", []byte(schema.RequiredTasksData))
 		return
 	}

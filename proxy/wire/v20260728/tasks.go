@@ -164,14 +164,14 @@ func (w *Wire) streamPlain(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, 
 			case n := <-stateOf(j).notes:
 				ok = write(n)
 			case <-j.Settled():
-				w.drainNotes(j, write)
+				drainNotes(j, write)
 				ft, out := j.Final()
-				a := w.plainMessage(id, ft, out, &meta)
+				a := plainMessage(id, ft, out, &meta)
 				outcome = a.outcome
 				write(a.msg)
 				return
 			case <-asked:
-				w.drainNotes(j, write)
+				drainNotes(j, write)
 				outcome = "input_required"
 				write(wire.AppendResult(nil, id, w.inputRequiredResult(owner, j)))
 				if hold {
@@ -191,7 +191,7 @@ func (w *Wire) streamPlain(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, 
 }
 
 // drainNotes writes the notifications j's call sent before its answer.
-func (w *Wire) drainNotes(j *wire.Job, write func([]byte) bool) {
+func drainNotes(j *wire.Job, write func([]byte) bool) {
 	for {
 		select {
 		case n := <-stateOf(j).notes:
@@ -229,12 +229,12 @@ func (w *Wire) plainAnswer(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, 
 			return
 		}
 	}
-	w.answerBridged(rc, info, w.plainMessage(id, t, out, m))
+	w.answerBridged(rc, info, plainMessage(id, t, out, m))
 }
 
 // plainMessage renders the final state t and outcome out of a call as the
 // answer to its plain request id.
-func (w *Wire) plainMessage(id []byte, t *taskstore.Task, out *taskstore.Outcome, m *reqMeta) bridgeAnswer {
+func plainMessage(id []byte, t *taskstore.Task, out *taskstore.Outcome, m *reqMeta) bridgeAnswer {
 	switch {
 	case out != nil && out.Kind == taskstore.OutcomeResult:
 		msg, err := capability.ModernResult(wire.AppendResult(nil, id, out.Raw), false)
@@ -361,13 +361,13 @@ func (w *Wire) resumeHeld(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.En
 	}
 	taskID, plain, ok := verifyState(w.KeyedHash, owner, tool, state)
 	if !ok {
-		w.fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: requestState is invalid, expired, or not for this call", nil)
+		fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: requestState is invalid, expired, or not for this call", nil)
 		return
 	}
 	info.TaskID = taskID
 	vals, err := jsonx.Members(env.Params, "inputResponses")
 	if err != nil || !isObject(vals[0]) {
-		w.fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: a retry with requestState needs an inputResponses object", nil)
+		fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: a retry with requestState needs an inputResponses object", nil)
 		return
 	}
 	meta, _ := parseMeta(env.Params)
@@ -428,12 +428,12 @@ func (w *Wire) resumeHeld(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.En
 // -32020). A foreign task is an unknown one (-32602).
 func (w *Wire) tasksMethod(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, m *reqMeta) {
 	if env.ID == nil {
-		w.fail(rc, info, nil, 400, wire.CodeInvalidRequest, "taskgate: "+env.Method+" must be a request with an id", nil)
+		fail(rc, info, nil, 400, wire.CodeInvalidRequest, "taskgate: "+env.Method+" must be a request with an id", nil)
 		return
 	}
 	if !m.tasks {
 		info.Outcome = "capability_missing"
-		w.fail(rc, info, env.ID, 400, schema.CodeMissingCapability, "taskgate: "+env.Method+
+		fail(rc, info, env.ID, 400, schema.CodeMissingCapability, "taskgate: "+env.Method+
 			" needs the extension "+schema.ExtensionTasks+" in the request's client capabilities", []byte(schema.RequiredTasksData))
 		return
 	}
@@ -442,14 +442,14 @@ func (w *Wire) tasksMethod(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.E
 	if env.Params != nil {
 		vals, err := jsonx.Members(env.Params, "taskId", "inputResponses")
 		if err != nil {
-			w.fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: invalid params: "+err.Error(), nil)
+			fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: invalid params: "+err.Error(), nil)
 			return
 		}
 		taskID, _ = jsonx.UnquoteValue(vals[0])
 		responses = vals[1]
 	}
 	if n, ok := headerName(rc.Request.Header.Peek(schema.HeaderName)); !ok || n != taskID || n == "" {
-		w.fail(rc, info, env.ID, 400, schema.CodeHeaderMismatch,
+		fail(rc, info, env.ID, 400, schema.CodeHeaderMismatch,
 			"taskgate: the Mcp-Name header must equal params.taskId on "+env.Method, nil)
 		return
 	}
@@ -468,7 +468,7 @@ func (w *Wire) tasksMethod(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.E
 		wire.RPCResult(rc, env.ID, w.appendGet(nil, t, out, w.openRequests(t)))
 	case wire.MethodTasksUpdate:
 		if !isObject(responses) {
-			w.fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: tasks/update needs an inputResponses object", nil)
+			fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: tasks/update needs an inputResponses object", nil)
 			return
 		}
 		if _, err := w.answer(owner, taskID, responses); err != nil {

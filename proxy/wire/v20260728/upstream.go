@@ -296,20 +296,20 @@ func (w *Wire) prepareCall(rc *fasthttp.RequestCtx, req *fasthttp.Request, era i
 func (w *Wire) plainCall(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, m *reqMeta, era int) {
 	params, err := jsonx.DeleteMember(env.Params, "task")
 	if err != nil {
-		w.fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: invalid tools/call params: "+err.Error(), nil)
+		fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: invalid tools/call params: "+err.Error(), nil)
 		return
 	}
 	if era == era2026 {
 		if w.owned() {
 			if params, err = withoutTasksExtension(params); err != nil {
-				w.fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: invalid tools/call params: "+err.Error(), nil)
+				fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: invalid tools/call params: "+err.Error(), nil)
 				return
 			}
 		}
 		if len(params) != len(env.Params) {
 			body, err := jsonx.SetMember(rc.PostBody(), "params", params)
 			if err != nil {
-				w.fail(rc, info, env.ID, 400, wire.CodeInvalidRequest, "taskgate: "+err.Error(), nil)
+				fail(rc, info, env.ID, 400, wire.CodeInvalidRequest, "taskgate: "+err.Error(), nil)
 				return
 			}
 			rc.Request.SetBody(body)
@@ -339,7 +339,7 @@ func (w *Wire) forward(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envel
 // its initialize.
 func (w *Wire) discover(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, m *reqMeta, era int) {
 	if !env.IsRequest() {
-		w.fail(rc, info, nil, 400, wire.CodeInvalidRequest, "taskgate: server/discover must be a request with an id", nil)
+		fail(rc, info, nil, 400, wire.CodeInvalidRequest, "taskgate: server/discover must be a request with an id", nil)
 		return
 	}
 	id := append([]byte(nil), env.ID...)
@@ -388,11 +388,11 @@ func (w *Wire) bridge(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelo
 	if params != nil {
 		var err error
 		if token, err = progressToken(params); err != nil {
-			w.fail(rc, info, id, 400, wire.CodeInvalidParams, "taskgate: invalid params._meta: "+err.Error(), nil)
+			fail(rc, info, id, 400, wire.CodeInvalidParams, "taskgate: invalid params._meta: "+err.Error(), nil)
 			return
 		}
 		if params, err = strip2026Meta(params); err != nil {
-			w.fail(rc, info, id, 400, wire.CodeInvalidParams, "taskgate: invalid params: "+err.Error(), nil)
+			fail(rc, info, id, 400, wire.CodeInvalidParams, "taskgate: invalid params: "+err.Error(), nil)
 			return
 		}
 	}

@@ -121,7 +121,7 @@ func (w *Wire) serve(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelop
 	m, err := parseMeta(env.Params)
 	switch {
 	case err != nil:
-		w.fail(rc, info, env.ID, 400, wire.CodeInvalidParams, "taskgate: invalid params._meta: "+err.Error(), nil)
+		fail(rc, info, env.ID, 400, wire.CodeInvalidParams, "taskgate: invalid params._meta: "+err.Error(), nil)
 		return true
 	case env.Method == wire.NotificationCancelled && !env.IsRequest() && (header2026 || m.version == schema.ProtocolVersion):
 		// (A notification declares nothing: no _meta is needed.)
@@ -130,27 +130,27 @@ func (w *Wire) serve(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelop
 	case m.version == "" && !env.IsRequest():
 		return false // a notification: nothing to check
 	case m.version == "":
-		w.fail(rc, info, env.ID, 400, wire.CodeInvalidParams,
+		fail(rc, info, env.ID, 400, wire.CodeInvalidParams,
 			`taskgate: params._meta["`+schema.MetaProtocolVersion+`"] is required at protocol version `+string(hv), nil)
 		return true
 	case m.version != string(hv):
-		w.fail(rc, info, env.ID, 400, schema.CodeHeaderMismatch, "taskgate: MCP-Protocol-Version header "+
+		fail(rc, info, env.ID, 400, schema.CodeHeaderMismatch, "taskgate: MCP-Protocol-Version header "+
 			quoteOrMissing(hv)+` does not match params._meta["`+schema.MetaProtocolVersion+`"] "`+m.version+`"`, nil)
 		return true
 	case m.version != schema.ProtocolVersion:
 		if isLegacyVersion(m.version) {
 			return false
 		}
-		w.fail(rc, info, env.ID, 400, schema.CodeUnsupportedVersion, "taskgate: protocol version "+
+		fail(rc, info, env.ID, 400, schema.CodeUnsupportedVersion, "taskgate: protocol version "+
 			jsonQuote(m.version)+" is not supported", schema.UnsupportedVersionData(m.version))
 		return true
 	case !m.hasCaps:
-		w.fail(rc, info, env.ID, 400, wire.CodeInvalidParams,
+		fail(rc, info, env.ID, 400, wire.CodeInvalidParams,
 			`taskgate: params._meta["`+schema.MetaClientCapabilities+`"] is required`, nil)
 		return true
 	}
 	if hm := hdr.Peek(schema.HeaderMethod); len(hm) > 0 && string(bytes.TrimSpace(hm)) != env.Method {
-		w.fail(rc, info, env.ID, 400, schema.CodeHeaderMismatch,
+		fail(rc, info, env.ID, 400, schema.CodeHeaderMismatch,
 			"taskgate: Mcp-Method header "+jsonQuote(string(hm))+" does not match the method "+jsonQuote(env.Method), nil)
 		return true
 	}
@@ -291,7 +291,7 @@ var (
 )
 
 // fail answers with an HTTP status and a JSON-RPC error carrying data.
-func (w *Wire) fail(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, status, code int, msg string, data []byte) {
+func fail(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, status, code int, msg string, data []byte) {
 	if info.Outcome == "" {
 		info.Outcome = "rpc_error"
 	}
@@ -327,22 +327,22 @@ func headerName(v []byte) (string, bool) {
 // no meaning on this wire: it is ignored and not forwarded.
 func (w *Wire) toolsCall(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope, m *reqMeta, era int) {
 	if env.ID == nil || env.Params == nil {
-		w.fail(rc, info, env.ID, 400, wire.CodeInvalidRequest, "taskgate: tools/call must be a request with params", nil)
+		fail(rc, info, env.ID, 400, wire.CodeInvalidRequest, "taskgate: tools/call must be a request with params", nil)
 		return
 	}
 	vals, err := jsonx.Members(env.Params, "name", "requestState")
 	if err != nil {
-		w.fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: invalid tools/call params: "+err.Error(), nil)
+		fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: invalid tools/call params: "+err.Error(), nil)
 		return
 	}
 	name, ok := jsonx.UnquoteValue(vals[0])
 	if !ok {
-		w.fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: tools/call params.name must be a string", nil)
+		fail(rc, info, env.ID, 200, wire.CodeInvalidParams, "taskgate: tools/call params.name must be a string", nil)
 		return
 	}
 	if hn := rc.Request.Header.Peek(schema.HeaderName); len(hn) > 0 {
 		if n, ok := headerName(hn); !ok || n != name {
-			w.fail(rc, info, env.ID, 400, schema.CodeHeaderMismatch,
+			fail(rc, info, env.ID, 400, schema.CodeHeaderMismatch,
 				"taskgate: Mcp-Name header does not match params.name "+jsonQuote(name), nil)
 			return
 		}
@@ -356,7 +356,7 @@ func (w *Wire) toolsCall(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Env
 		switch {
 		case st.TaskSupport == policy.Required:
 			info.Outcome = "task_required"
-			w.fail(rc, info, env.ID, 400, schema.CodeMissingCapability, "taskgate: tool "+jsonQuote(name)+
+			fail(rc, info, env.ID, 400, schema.CodeMissingCapability, "taskgate: tool "+jsonQuote(name)+
 				" must run as a task: declare the extension "+schema.ExtensionTasks+" in the request's client capabilities",
 				[]byte(schema.RequiredTasksData))
 		case era == era2025 && st.TaskSupport != policy.Forbidden && (m.elicitation || m.sampling || m.roots):
