@@ -237,7 +237,7 @@ func (w *Wire) plainAnswer(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, 
 func plainMessage(id []byte, t *taskstore.Task, out *taskstore.Outcome, m *reqMeta) bridgeAnswer {
 	switch {
 	case out != nil && out.Kind == taskstore.OutcomeResult:
-		msg, err := capability.ModernResult(wire.AppendResult(nil, id, out.Raw), false)
+		msg, err := capability.Result2026(wire.AppendResult(nil, id, out.Raw), false)
 		if err != nil {
 			msg = wire.AppendResult(nil, id, out.Raw)
 		}

@@ -612,7 +612,7 @@ func (w *Wire) bridgeExchange(ctx context.Context, hdr *fasthttp.RequestHeader, 
 			return bridgeAnswer{status: fasthttp.StatusOK, outcome: "input_required", msg: wire.AppendResult(nil, id, res)}
 		}
 	}
-	out, err := capability.ModernResult(mapErrorCode(msg), method == wire.MethodToolsList)
+	out, err := capability.Result2026(mapErrorCode(msg), method == wire.MethodToolsList)
 	if err != nil {
 		out = msg
 	}

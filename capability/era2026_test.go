@@ -68,7 +68,7 @@ func TestDiscoverFromInitialize(t *testing.T) {
 	}
 }
 
-func TestModernResult(t *testing.T) {
+func TestResult2026(t *testing.T) {
 	tests := []struct {
 		name, in, want string
 		strip          bool
@@ -97,9 +97,9 @@ func TestModernResult(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			out, err := ModernResult([]byte(tt.in), tt.strip)
+			out, err := Result2026([]byte(tt.in), tt.strip)
 			if err != nil || string(out) != tt.want {
-				t.Fatalf("ModernResult(%s) =\n %s, %v\nwant\n %s", tt.in, out, err, tt.want)
+				t.Fatalf("Result2026(%s) =\n %s, %v\nwant\n %s", tt.in, out, err, tt.want)
 			}
 		})
 	}

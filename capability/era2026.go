@@ -14,8 +14,8 @@ import (
 // capabilities.tasks). Every result carries a resultType, and tools have no
 // execution member.
 
-// ModernProtocolVersion is the protocol revision of the tasks extension.
-const ModernProtocolVersion = "2026-07-28"
+// ProtocolVersion2026 is the protocol revision of the tasks extension.
+const ProtocolVersion2026 = "2026-07-28"
 
 // ExtensionTasks names the tasks extension in capabilities.extensions.
 const ExtensionTasks = "io.modelcontextprotocol/tasks"
@@ -69,18 +69,18 @@ func rewriteDiscover(msg []byte, own bool) (out []byte, native bool, err error) 
 		}
 		return jsonx.Splice(msg, []jsonx.Edit{{Start: pos, End: pos, Pre: pre, Val: val}}), false, nil
 	}
-	newCaps, native, err := modernCapabilities(msg[caps.VS:caps.VE], own)
+	newCaps, native, err := capabilities2026(msg[caps.VS:caps.VE], own)
 	if err != nil || native && !own {
 		return msg, native, err
 	}
 	return jsonx.Splice(msg, []jsonx.Edit{{Start: caps.VS, End: caps.VE, Val: string(newCaps)}}), native, nil
 }
 
-// modernCapabilities returns the server capabilities object caps (valid
+// capabilities2026 returns the server capabilities object caps (valid
 // JSON) without "tasks" and with extensions[ExtensionTasks] = {}. native
 // reports that caps already offers the extension (then out is nil, unless
 // own: then the upstream's entry is replaced).
-func modernCapabilities(caps []byte, own bool) (out []byte, native bool, err error) {
+func capabilities2026(caps []byte, own bool) (out []byte, native bool, err error) {
 	if len(caps) == 0 || caps[0] != '{' {
 		return nil, false, fmt.Errorf("capability: capabilities is not an object: %w", ErrMalformed)
 	}
@@ -164,7 +164,7 @@ func DiscoverFromInitialize(init []byte, supportedVersions []string) ([]byte, er
 	}
 	caps := []byte(`{"extensions":{"` + ExtensionTasks + `":{}}}`)
 	if c, ok := jsonx.Find(ms, "capabilities"); ok && c.Kind != 'n' {
-		mc, native, err := modernCapabilities(init[c.VS:c.VE], false)
+		mc, native, err := capabilities2026(init[c.VS:c.VE], false)
 		switch {
 		case err != nil:
 			return nil, err
@@ -192,14 +192,14 @@ func DiscoverFromInitialize(init []byte, supportedVersions []string) ([]byte, er
 	return append(out, '}'), nil
 }
 
-// ModernResult rewrites one JSON-RPC response message of an upstream of an
-// older revision for a client of ModernProtocolVersion: the result gets
+// Result2026 rewrites one JSON-RPC response message of an upstream of an
+// older revision for a client of ProtocolVersion2026: the result gets
 // resultType "complete" when it has none, and with stripExecution every
 // result.tools[] element loses its execution member (the newer revision has
 // none; task support is negotiated per request). Error responses and
 // messages without a result object are returned unchanged; malformed input
 // wraps ErrMalformed and msg is returned.
-func ModernResult(msg []byte, stripExecution bool) ([]byte, error) {
+func Result2026(msg []byte, stripExecution bool) ([]byte, error) {
 	res, ok, err := result(msg)
 	if err != nil || !ok {
 		return msg, err
@@ -272,7 +272,7 @@ func stripToolsExecution(tools []byte) ([]byte, error) {
 }
 
 // AddCacheHints gives the result of one JSON-RPC response message the
-// cache hints a client of ModernProtocolVersion expects on cacheable
+// cache hints a client of ProtocolVersion2026 expects on cacheable
 // results (tools/list, prompts/list, resources/list,
 // resources/templates/list, resources/read) when an upstream of an older
 // revision sent none: ttlMs 0 (do not reuse it) and cacheScope "private"
