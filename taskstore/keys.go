@@ -40,7 +40,7 @@ import (
 //	                             (nothing adds to it any more)
 //	P:tasks               zset   admin index: member "<owner>/<id>", score = CreatedAt ms; every
 //	                             task until it expires (AdminList; pruned of members whose
-//	                             task is gone by AdminList, AdminStats and Recover)
+//	                             task is gone by AdminList and Recover)
 //	P:id:<id>             string the task's owner (AdminFind); expires with the task
 //	P:st:<s>              hash   AdminStats counters of the tasks expiring in the second before
 //	                             unix second s: "<status>\x1f<tool>" -> count (stats_redis.go);
