@@ -238,16 +238,18 @@ func TestAdminStatsCountersRedis(t *testing.T) {
 		tasks = append(tasks, mustCreate(t, s, tk, CreateOptions{}))
 	}
 	for i, tk := range tasks {
-		s := []*Redis{a, b}[(i/2)%2] // not always the replica that created it
+		// Cancels and updates come through either replica, outcomes from
+		// the one that runs the task (created it), as in taskgate.
+		s, runner := []*Redis{a, b}[(i/2)%2], []*Redis{a, b}[i%2]
 		var err error
 		switch i % 5 {
 		case 0:
-			_, err = s.Finish(ctx, tk.Owner, tk.ID, Completed, "", benchOutcome)
+			_, err = runner.Finish(ctx, tk.Owner, tk.ID, Completed, "", benchOutcome)
 		case 1:
 			// The client cancels, possibly on another replica; the runner
 			// then records its late outcome where it runs, refused.
 			if _, err = s.Cancel(ctx, tk.Owner, tk.ID, ""); err == nil {
-				_, err = []*Redis{a, b}[i%2].Finish(ctx, tk.Owner, tk.ID, Completed, "", benchOutcome)
+				_, err = runner.Finish(ctx, tk.Owner, tk.ID, Completed, "", benchOutcome)
 				if errors.Is(err, ErrTerminal) {
 					err = nil
 				}
@@ -255,7 +257,7 @@ func TestAdminStatsCountersRedis(t *testing.T) {
 		case 2:
 			_, err = s.Update(ctx, tk.Owner, tk.ID, InputRequired, "")
 		case 3:
-			if _, err = s.Finish(ctx, tk.Owner, tk.ID, Failed, "", Outcome{Kind: OutcomeInternal}); err == nil {
+			if _, err = runner.Finish(ctx, tk.Owner, tk.ID, Failed, "", Outcome{Kind: OutcomeInternal}); err == nil {
 				_, err = s.Cancel(ctx, tk.Owner, tk.ID, "") // refused: counted once
 				if errors.Is(err, ErrTerminal) {
 					err = nil

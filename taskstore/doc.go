@@ -88,7 +88,7 @@
 // commands (inside it only for a capped create on a single node, so a
 // refused create writes neither). Members of expired tasks are removed by
 // AdminList when met and by Recover (the oldest ones). AdminStats reads no
-// task: it sums counters each store writes once a second
+// task: it sums counters each store writes every 250 ms
 // (stats_redis.go).
 //
 // Wake-ups: scripts that change a task PUBLISH on the task's channel; Watch

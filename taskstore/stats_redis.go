@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,8 +16,8 @@ import (
 // AdminStats of the Redis store come from counters, not from reading the
 // tasks, and cost Redis nothing per task: each store counts in memory the
 // status changes it makes and writes the sums every statFlush in one
-// pipeline (a few commands per replica and second, whatever the number of
-// tasks).
+// pipeline (a few commands per replica and flush, whatever the number of
+// tasks; nothing when nothing changed).
 //
 //   - Per status and tool, in buckets by the tasks' expiry second:
 //     P:st:<s> (hash "<status>\x1f<tool>" -> count, expiring with its
@@ -29,21 +30,27 @@ import (
 //   - Oldest running task per tool: each store keeps the tasks it created
 //     and has not ended (its runner's calls) and writes the oldest per
 //     tool to P:sr:<instance> (hash tool -> CreatedAt ms) with P:srs (zset
-//     instance -> until when the hash counts), every statFlush while it
-//     has any. AdminStats takes the minimum over the live instances.
+//     instance -> until when the hash counts) when it changed, and every
+//     runnerStatTTL/2 while it has any.
+//     AdminStats takes the minimum over the live instances.
 //
 // What this trades: a task is counted until the end of its expiry second
 // (up to 1 s after it expired); a replica's last statFlush of changes is
 // lost when it dies (the buckets they fall in are off by that much until
 // they expire with their tasks: never longer than the tasks' TTL); the
 // oldest running task of a replica that died is dropped within
-// 3 x statFlush (its tasks stay counted as running until Recover fails
+// runnerStatTTL (its tasks stay counted as running until Recover fails
 // them); and another replica's changes show up within statFlush (the
 // replica asked flushes its own first, so one replica's AdminStats is
 // exact).
 
-// statFlush is how often a store writes its counts.
-const statFlush = time.Second
+// statFlush is how often a store writes its counts (when it has any).
+const statFlush = 250 * time.Millisecond
+
+// runnerStatTTL is how long a replica's oldest-running entry counts after
+// it was written; a replica rewrites it when it changed or is half that
+// old.
+const runnerStatTTL = 5 * time.Second
 
 // statField is the counter of status st and tool.
 func statField(st Status, tool string) string { return string(st) + "\x1f" + tool }
@@ -63,7 +70,10 @@ type statCounts struct {
 	delta   map[int64]map[string]int64 // expiry second -> statField -> change
 	running map[string]runningTask     // "<owner>/<id>"
 	shown   bool                       // an oldest-running hash was written and not cleared
+	written map[string]int64           // the oldest-running hash as last written
+	wroteAt int64                      // when (unix ms)
 	inst    string
+	noTimer bool // tests: write only from AdminStats and Close
 	stop    chan struct{}
 	done    chan struct{}
 	closed  bool
@@ -97,6 +107,10 @@ func (c *statCounts) start() {
 	_, _ = rand.Read(b[:])
 	c.inst = hex.EncodeToString(b[:])
 	c.stop, c.done = make(chan struct{}), make(chan struct{})
+	if c.noTimer {
+		close(c.done)
+		return
+	}
 	go c.loop(c.stop, c.done)
 }
 
@@ -185,8 +199,12 @@ func (c *statCounts) take(now int64) (delta map[int64]map[string]int64, oldest m
 			oldest[r.tool] = r.created
 		}
 	}
-	show = len(oldest) > 0 || c.shown
-	c.shown = len(oldest) > 0
+	show = (len(oldest) > 0 || c.shown) &&
+		(!maps.Equal(oldest, c.written) || now-c.wroteAt >= runnerStatTTL.Milliseconds()/2)
+	if show {
+		c.shown = len(oldest) > 0
+		c.written, c.wroteAt = oldest, now
+	}
 	return delta, oldest, show, c.inst
 }
 
@@ -205,7 +223,7 @@ func (c *statCounts) putBack(delta map[int64]map[string]int64) {
 			c.delta[b][f] += n
 		}
 	}
-	c.shown = true
+	c.shown, c.written = true, nil
 }
 
 // flushStats writes this store's counter changes and oldest running tasks
@@ -236,7 +254,7 @@ func (s *Redis) flushStats(ctx context.Context) error {
 					args = append(args, tool, ms)
 				}
 				p.HSet(ctx, key, args...)
-				p.PExpireAt(ctx, key, time.UnixMilli(now+3*statFlush.Milliseconds()))
+				p.PExpireAt(ctx, key, time.UnixMilli(now+runnerStatTTL.Milliseconds()))
 			}
 		}
 	}
@@ -248,7 +266,7 @@ func (s *Redis) flushStats(ctx context.Context) error {
 		calls = append(calls, scriptCall{zaddKeepCmd, []string{s.k.statBuckets()}, []any{b, b, keep(b), now}})
 	}
 	if show {
-		until := now + 3*statFlush.Milliseconds()
+		until := now + runnerStatTTL.Milliseconds()
 		calls = append(calls, scriptCall{zaddKeepCmd, []string{s.k.statRunners()}, []any{inst, until, keep(until / 1000), now}})
 	}
 	res, err := s.pipe(ctx, calls, extra)
