@@ -11,15 +11,20 @@
 # The demo MCP server (cmd/legacy-mcp, for trying taskgate) is not in this
 # image; build it on its own with: docker build --target demo -t taskgate-demo .
 #
-# Base images. The build image is pinned to the exact Go release the
-# project is tested with. distroless publishes no version tags, only
-# moving ones (nonroot) and digests: pin the runtime by digest for a
-# reproducible image, e.g.
-#   docker build --build-arg RUNTIME=gcr.io/distroless/static-debian12:nonroot@sha256:<digest> .
-# with the digest from `crane digest gcr.io/distroless/static-debian12:nonroot`
-# (or `docker buildx imagetools inspect`), and the same for BUILD.
-ARG BUILD=golang:1.26.8-bookworm
-ARG RUNTIME=gcr.io/distroless/static-debian12:nonroot
+# Base images, pinned by digest: a rebuild of the same commit gets the same
+# bases (a tag such as golang:1.26.8-bookworm is rebuilt upstream for
+# Debian fixes, and distroless publishes only moving tags like nonroot).
+# The tag stays in front of the digest for readers; the digest alone
+# decides what is pulled. Both are multi-architecture index digests (the
+# same for amd64 and arm64). To refresh, resolve the tag again and replace
+# the digest:
+#   crane digest golang:1.26.8-bookworm
+#   crane digest gcr.io/distroless/static-debian12:nonroot
+# (or `docker buildx imagetools inspect <image:tag>`, the "Digest:" line).
+# cmd/taskgate's TestDockerfilePinned fails on an unpinned base.
+# Override for a one-off build with --build-arg BUILD=... / RUNTIME=...
+ARG BUILD=golang:1.26.8-bookworm@sha256:a688600ca24f8a4d3ca77f95b0dd40704a9fc787c826660eb7ba0b641b8b175d
+ARG RUNTIME=gcr.io/distroless/static-debian12:nonroot@sha256:afa5c872c891853ca7fcf1f12c3edb23f7eeef36189728842dd51042ff57f7ab
 FROM ${BUILD} AS build
 WORKDIR /src
 COPY go.mod go.sum ./

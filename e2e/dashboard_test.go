@@ -274,7 +274,7 @@ func TestDashboardCancelAcrossReplicas(t *testing.T) {
 	}
 
 	// The admin log names the operator's token by fingerprint only.
-	if out := c.b.p.out.String(); !strings.Contains(out, "task cancelled by an operator") || strings.Contains(out, adminToken) {
+	if out := c.b.p.Output(); !strings.Contains(out, "task cancelled by an operator") || strings.Contains(out, adminToken) {
 		t.Errorf("B's log: want the cancel logged without the token")
 	}
 	// Reload without --config: refused, nothing changes.

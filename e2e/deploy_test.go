@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskgate/taskgate/e2e/e2etest"
 	"github.com/taskgate/taskgate/taskstore/redistest"
 )
 
@@ -28,43 +29,20 @@ import (
 func startTaskgateEnv(t testing.TB, env []string, upstream string, ready func(g *gateway) bool, extra ...string) *gateway {
 	t.Helper()
 	g := &gateway{}
-	g.p = startRetrying(t, func() (*proc, error) {
-		listen, admin := freeAddr(t), freeAddr(t)
+	g.p = e2etest.StartRetrying(t, func() (*proc, error) {
+		listen, admin := e2etest.FreeAddr(t), e2etest.FreeAddr(t)
 		args := append([]string{"--upstream", upstream, "--listen", listen, "--admin-listen", admin, "--log-level", "debug",
 			"--drain-delay", "0"}, extra...)
-		p := &proc{name: "taskgate", exited: make(chan struct{})}
-		p.cmd = exec.Command(taskgateBin, args...)
-		p.cmd.Env = append(os.Environ(), env...)
-		p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
-		if err := p.cmd.Start(); err != nil {
-			t.Fatalf("start taskgate: %v", err)
-		}
-		go func() {
-			_ = p.cmd.Wait()
-			p.state = p.cmd.ProcessState
-			close(p.exited)
-		}()
-		t.Cleanup(func() {
-			p.kill()
-			if out := p.out.String(); strings.Contains(out, "WARNING: DATA RACE") || strings.Contains(out, "panic:") {
-				t.Errorf("taskgate reported a data race or a panic")
-			}
-			if t.Failed() {
-				t.Logf("---- output of taskgate (%s) ----\n%s", strings.Join(args, " "), p.out.String())
-			}
-		})
+		cmd := exec.Command(taskgateBin, args...)
+		cmd.Env = append(os.Environ(), env...)
+		p := e2etest.Start(t, "taskgate", cmd, e2etest.CheckOutput(e2etest.RaceOrPanic))
 		g.URL, g.Admin = "http://"+listen+"/mcp", "http://"+admin
 		if ready == nil {
 			ready = func(g *gateway) bool { return httpStatus(g.Admin+"/healthz") == http.StatusOK }
 		}
-		err := pollUntil(10*time.Second, func() (bool, error) {
-			if p.hasExited() {
-				return false, fmt.Errorf("taskgate exited early: %s", p.out.String())
-			}
-			return ready(g), nil
-		})
+		err := e2etest.WaitReady(p, 10*time.Second, func() bool { return ready(g) })
 		if err != nil {
-			p.kill()
+			p.Kill()
 		}
 		return p, err
 	})
@@ -108,7 +86,7 @@ func TestStartFailureWritesNothing(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer busy.Close()
-			listen, admin := freeAddr(t), freeAddr(t)
+			listen, admin := e2etest.FreeAddr(t), e2etest.FreeAddr(t)
 			if which == "--listen" {
 				listen = busy.Addr().String()
 			} else {
@@ -161,13 +139,13 @@ func TestFlagAndEnvHints(t *testing.T) {
 		t.Errorf("a 1.1 KiB body with --max-body-size 1KiB: HTTP %d, want 413", r.Status)
 	}
 	waitFor(t, 10*time.Second, "a warning about TASKGATE_UPSTREM naming TASKGATE_UPSTREAM", func() bool {
-		return strings.Contains(gw.p.out.String(), `"variable":"TASKGATE_UPSTREM","did_you_mean":"TASKGATE_UPSTREAM"`)
+		return strings.Contains(gw.p.Output(), `"variable":"TASKGATE_UPSTREM","did_you_mean":"TASKGATE_UPSTREAM"`)
 	})
-	gw.p.signal(t, syscall.SIGTERM)
-	if _, ok := gw.p.waitExit(30 * time.Second); !ok {
+	gw.p.Signal(t, syscall.SIGTERM)
+	if _, ok := gw.p.WaitExit(30 * time.Second); !ok {
 		t.Fatal("taskgate still runs 30s after SIGTERM")
 	}
-	if !strings.Contains(gw.p.out.String(), `"grace":"30s"`) {
+	if !strings.Contains(gw.p.Output(), `"grace":"30s"`) {
 		t.Errorf(`the shutdown line does not log "grace":"30s"`)
 	}
 }
@@ -194,7 +172,7 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	if st := httpStatus(gw.Admin + "/readyz"); st != http.StatusOK {
 		t.Fatalf("/readyz before SIGTERM: %d", st)
 	}
-	gw.p.signal(t, syscall.SIGTERM)
+	gw.p.Signal(t, syscall.SIGTERM)
 	waitFor(t, 10*time.Second, "/readyz 503 after SIGTERM", func() bool { return httpStatus(gw.Admin+"/readyz") == http.StatusServiceUnavailable })
 	if st := httpStatus(gw.Admin + "/healthz"); st != http.StatusOK {
 		t.Errorf("/healthz while draining: %d, want 200 (alive)", st)
@@ -218,16 +196,16 @@ func TestDrainOnSIGTERM(t *testing.T) {
 	if !resp.Close {
 		t.Errorf("an answer while draining does not close its connection")
 	}
-	if gw.p.hasExited() {
+	if gw.p.Exited() {
 		t.Fatal("taskgate exited during the drain delay")
 	}
 	// A second SIGTERM ends the delay.
-	gw.p.signal(t, syscall.SIGTERM)
-	st, ok := gw.p.waitExit(30 * time.Second)
+	gw.p.Signal(t, syscall.SIGTERM)
+	st, ok := gw.p.WaitExit(30 * time.Second)
 	if !ok || st.ExitCode() != 0 {
 		t.Fatalf("exit after the second SIGTERM: %v %v", st, ok)
 	}
-	out := gw.p.out.String()
+	out := gw.p.Output()
 	for _, want := range []string{`"drain_delay":"20s"`, "draining cut short by a second signal", "no longer accepting connections"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %q", want)
@@ -341,7 +319,7 @@ func TestShutdownAnswersEveryWaiter(t *testing.T) {
 	wait("other replica, SSE", b, "application/json, text/event-stream")
 	waitFor(t, 10*time.Second, "two waiters on the stopping replica", func() bool { return metricValue(a, "taskgate_result_waiters") == "2" })
 	waitFor(t, 10*time.Second, "a waiter on the other replica", func() bool { return metricValue(b, "taskgate_result_waiters") == "1" })
-	a.p.signal(t, syscall.SIGTERM)
+	a.p.Signal(t, syscall.SIGTERM)
 	for range 3 {
 		select {
 		case ans := <-answers:
@@ -352,7 +330,7 @@ func TestShutdownAnswersEveryWaiter(t *testing.T) {
 			t.Fatal("a waiter got no answer within 60s of SIGTERM")
 		}
 	}
-	if st, ok := a.p.waitExit(30 * time.Second); !ok || st.ExitCode() != 0 {
+	if st, ok := a.p.WaitExit(30 * time.Second); !ok || st.ExitCode() != 0 {
 		t.Errorf("exit after SIGTERM: %v %v", st, ok)
 	}
 }

@@ -6,7 +6,6 @@ package e2e
 // limits as a user sees them.
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskgate/taskgate/e2e/e2etest"
 	"github.com/taskgate/taskgate/taskstore/redistest"
 )
 
@@ -56,37 +56,16 @@ func (r *redisServer) start() {
 	} else {
 		args = append(args, "--appendonly", "no")
 	}
-	r.p = startProc(r.t, "redis-server", "redis-server", args...)
-	waitFor(r.t, 10*time.Second, "redis-server on "+r.addr, func() bool {
-		if r.p.hasExited() {
-			r.t.Fatalf("redis-server exited: %s", r.p.out.String())
-		}
-		reply, err := redisCommand(r.addr, "PING")
-		return err == nil && strings.HasPrefix(reply, "+PONG")
-	})
+	r.p = e2etest.StartRedis(r.t, r.addr, args, e2etest.CheckOutput(e2etest.RaceOrPanic))
 }
 
 // stop sends SIGTERM and waits for the exit (Redis flushes its AOF first).
 func (r *redisServer) stop() {
 	r.t.Helper()
-	r.p.signal(r.t, syscall.SIGTERM)
-	if _, ok := r.p.waitExit(10 * time.Second); !ok {
+	r.p.Signal(r.t, syscall.SIGTERM)
+	if _, ok := r.p.WaitExit(10 * time.Second); !ok {
 		r.t.Fatal("redis-server did not exit within 10s of SIGTERM")
 	}
-}
-
-// redisCommand sends one inline command and returns the first reply line.
-func redisCommand(addr, cmd string) (string, error) {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := io.WriteString(c, cmd+"\r\n"); err != nil {
-		return "", err
-	}
-	return bufio.NewReader(c).ReadString('\n')
 }
 
 // httpStatus GETs u and returns the status code (0 when unreachable).
@@ -152,7 +131,7 @@ func TestLeaseRecoveryAfterKill(t *testing.T) {
 
 			tk := ca.createTask("slow", map[string]any{"seconds": 120, "steps": 120}, nil)
 			waitUpstreamRunning(t, stats, 1)
-			a.p.kill() // SIGKILL
+			a.p.Kill() // SIGKILL
 			killed := time.Now()
 			if g := cb.getTask(tk.TaskID); g.Status != "working" {
 				t.Fatalf("right after the kill the task is %s; want working until the lease lapses", g.Status)
@@ -181,7 +160,7 @@ const storeUnavailable = "task store unavailable"
 // and tasks work.
 func TestRedisDownAtStart(t *testing.T) {
 	t.Parallel()
-	addr := freeAddr(t)
+	addr := e2etest.FreeAddr(t)
 	rs := newRedisServer(t, addr, false)
 	up := startLegacy(t)
 	gw := startTaskgate(t, up.URL, "--redis", "redis://"+addr, "--store-timeout", "1s")
@@ -256,7 +235,7 @@ func TestRedisDownAtStart(t *testing.T) {
 // pub/sub subscription was not confirmed in time, instead of re-reading).
 func TestRedisRestartMidFlight(t *testing.T) {
 	t.Parallel()
-	rs := newRedisServer(t, freeAddr(t), true)
+	rs := newRedisServer(t, e2etest.FreeAddr(t), true)
 	rs.start()
 	up := startLegacy(t)
 	gw := startTaskgate(t, up.URL, "--redis", "redis://"+rs.addr, "--store-timeout", "1s")
@@ -309,7 +288,7 @@ func TestUpstreamKilledFailsTask(t *testing.T) {
 
 	tk := c.createTask("slow", map[string]any{"seconds": 30, "steps": 30}, nil)
 	waitUpstreamRunning(t, stats, 1)
-	up.p.kill()
+	up.p.Kill()
 	killed := time.Now()
 	g := c.waitTerminal(tk.TaskID, 10*time.Second)
 	if d := time.Since(killed); d > 5*time.Second {
@@ -411,8 +390,8 @@ func TestGracefulShutdown(t *testing.T) {
 	exit := func(gw *gateway, within time.Duration) time.Duration {
 		t.Helper()
 		sent := time.Now()
-		gw.p.signal(t, syscall.SIGTERM)
-		st, ok := gw.p.waitExit(within)
+		gw.p.Signal(t, syscall.SIGTERM)
+		st, ok := gw.p.WaitExit(within)
 		if !ok {
 			t.Fatalf("taskgate still runs %v after SIGTERM", within)
 		}
@@ -499,7 +478,7 @@ func TestRedisClusterLifecycle(t *testing.T) {
 	}
 	holding := 0
 	for _, a := range addrs {
-		reply, err := redisCommand(a, "DBSIZE")
+		reply, err := redistest.Command(a, "DBSIZE")
 		if n, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(reply, ":"))); err == nil && n > 0 {
 			holding++
 		}

@@ -15,7 +15,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,6 +27,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 	"go.uber.org/goleak"
 
+	"github.com/taskgate/taskgate/e2e/e2etest"
 	"github.com/taskgate/taskgate/taskstore/redistest"
 )
 
@@ -41,43 +41,18 @@ var (
 	mcpgoPeerBin string // an mcp-go server (questions on its GET stream)
 )
 
-// TestMain builds taskgate and legacy-mcp once (with -race when the test
-// binary itself runs with -race, so the children are checked too), runs
-// the tests and removes the binaries.
+// TestMain builds taskgate and the demo servers once (with -race when the
+// test binary itself runs with -race, so the children are checked too),
+// runs the tests and removes the binaries.
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "taskgate-e2e-")
+	bins, remove, err := e2etest.Build(raceEnabled)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)
 		os.Exit(1)
 	}
-	// TASKGATE_E2E_BINDIR names a directory with prebuilt binaries (to
-	// test a release build, or to skip the build while iterating).
-	if pre := os.Getenv("TASKGATE_E2E_BINDIR"); pre != "" {
-		os.RemoveAll(dir)
-		dir = ""
-		taskgateBin = filepath.Join(pre, "taskgate")
-		legacyMCPBin = filepath.Join(pre, "legacy-mcp")
-		mcpgoPeerBin = filepath.Join(pre, "mcpgo-peer")
-		os.Exit(runTests(m))
-	}
-	taskgateBin = filepath.Join(dir, "taskgate")
-	legacyMCPBin = filepath.Join(dir, "legacy-mcp")
-	mcpgoPeerBin = filepath.Join(dir, "mcpgo-peer")
-	args := []string{"build", "-o", dir + string(filepath.Separator)}
-	if raceEnabled {
-		args = append(args, "-race")
-	}
-	args = append(args, "github.com/taskgate/taskgate/cmd/taskgate", "github.com/taskgate/taskgate/cmd/legacy-mcp",
-		"github.com/taskgate/taskgate/cmd/mcpgo-peer")
-	cmd := exec.Command("go", args...)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-	if err := cmd.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "e2e: go build:", err)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
+	taskgateBin, legacyMCPBin, mcpgoPeerBin = bins.Taskgate, bins.LegacyMCP, bins.MCPGoPeer
 	code := runTests(m)
-	os.RemoveAll(dir)
+	remove()
 	os.Exit(code)
 }
 
@@ -103,126 +78,16 @@ func runTests(m *testing.M) int {
 
 // ---- processes ----
 
-// proc is a child process whose combined output is kept for the test log.
-type proc struct {
-	name   string
-	cmd    *exec.Cmd
-	out    syncBuffer
-	exited chan struct{}
-	state  *os.ProcessState
-}
+// proc is a child process started by startProc.
+type proc = e2etest.Proc
 
-// startProc starts bin and kills it in t.Cleanup; when the test failed, its
-// output goes to the test log.
+// startProc starts bin and kills it in t.Cleanup; a data race report or a
+// panic in its output fails the test, and when the test failed its output
+// goes to the test log.
 func startProc(t testing.TB, name, bin string, args ...string) *proc {
 	t.Helper()
-	p := &proc{name: name, exited: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		p.state = p.cmd.ProcessState
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		p.kill()
-		// Children built with -race report races on their output.
-		if out := p.out.String(); strings.Contains(out, "WARNING: DATA RACE") || strings.Contains(out, "panic:") {
-			t.Errorf("%s reported a data race or a panic", name)
-		}
-		if t.Failed() {
-			t.Logf("---- output of %s (%s) ----\n%s", name, strings.Join(args, " "), p.out.String())
-		}
-	})
-	return p
+	return e2etest.Start(t, name, exec.Command(bin, args...), e2etest.CheckOutput(e2etest.RaceOrPanic))
 }
-
-func (p *proc) kill() {
-	_ = p.cmd.Process.Kill()
-	<-p.exited
-}
-
-// signal sends sig (e.g. SIGTERM) to the process.
-func (p *proc) signal(t testing.TB, sig os.Signal) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(sig); err != nil {
-		t.Fatalf("sending %v to %s: %v", sig, p.name, err)
-	}
-}
-
-// waitExit waits up to timeout for the process to exit and returns its
-// state; ok is false when it still runs.
-func (p *proc) waitExit(timeout time.Duration) (state *os.ProcessState, ok bool) {
-	select {
-	case <-p.exited:
-		return p.state, true
-	case <-time.After(timeout):
-		return nil, false
-	}
-}
-
-func (p *proc) hasExited() bool {
-	select {
-	case <-p.exited:
-		return true
-	default:
-		return false
-	}
-}
-
-// syncBuffer collects output written by exec's copying goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
-// freeAddr returns a loopback address that was free a moment ago. Callers
-// retry when another process grabs it first.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// startRetrying starts a process with fresh ports until ready reports it up
-// (true) or gives up; an early exit caused by a taken port is retried.
-func startRetrying(t testing.TB, start func() (*proc, error)) *proc {
-	t.Helper()
-	var last error
-	for range 5 {
-		p, err := start()
-		if err == nil {
-			return p
-		}
-		last = err
-		if !strings.Contains(err.Error(), "address already in use") {
-			break
-		}
-	}
-	t.Fatal(last)
-	return nil
-}
-
-var listeningRE = regexp.MustCompile(`listening on (http://\S+)`)
 
 // legacy is a running legacy-mcp.
 type legacy struct {
@@ -242,21 +107,12 @@ func startLegacy(t testing.TB, extra ...string) *legacy {
 func startServer(t testing.TB, name, bin string, extra ...string) *legacy {
 	t.Helper()
 	var u string
-	p := startRetrying(t, func() (*proc, error) {
-		args := append([]string{"--listen", freeAddr(t)}, extra...)
+	p := e2etest.StartRetrying(t, func() (*proc, error) {
+		args := append([]string{"--listen", e2etest.FreeAddr(t)}, extra...)
 		p := startProc(t, name, bin, args...)
-		err := pollUntil(10*time.Second, func() (bool, error) {
-			if m := listeningRE.FindStringSubmatch(p.out.String()); m != nil {
-				u = m[1]
-				return true, nil
-			}
-			if p.hasExited() {
-				return false, fmt.Errorf("%s exited early: %s", name, p.out.String())
-			}
-			return false, nil
-		})
-		if err != nil {
-			p.kill()
+		var err error
+		if u, err = e2etest.WaitListening(p, 10*time.Second); err != nil {
+			p.Kill()
 		}
 		return p, err
 	})
@@ -279,27 +135,17 @@ func startTaskgate(t testing.TB, upstream string, extra ...string) *gateway {
 		path = u.Path
 	}
 	g := &gateway{}
-	g.p = startRetrying(t, func() (*proc, error) {
-		listen, admin := freeAddr(t), freeAddr(t)
+	g.p = e2etest.StartRetrying(t, func() (*proc, error) {
+		listen, admin := e2etest.FreeAddr(t), e2etest.FreeAddr(t)
 		// No drain delay: tests that stop taskgate need no load balancer
 		// to notice; TestDrainOnSIGTERM sets its own.
 		args := append([]string{"--upstream", upstream, "--listen", listen, "--admin-listen", admin,
 			"--log-level", "debug", "--drain-delay", "0"}, extra...)
 		p := startProc(t, "taskgate", taskgateBin, args...)
 		g.URL, g.Admin = "http://"+listen+path, "http://"+admin
-		err := pollUntil(10*time.Second, func() (bool, error) {
-			if p.hasExited() {
-				return false, fmt.Errorf("taskgate exited early: %s", p.out.String())
-			}
-			resp, err := http.Get(g.Admin + "/healthz")
-			if err != nil {
-				return false, nil
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK, nil
-		})
+		err := e2etest.WaitReady(p, 10*time.Second, func() bool { return e2etest.HTTPOK(g.Admin + "/healthz") })
 		if err != nil {
-			p.kill()
+			p.Kill()
 		}
 		return p, err
 	})
@@ -318,29 +164,10 @@ func writePolicy(t testing.TB, yaml string) string {
 
 // ---- polling ----
 
-// pollUntil calls cond with backoff until it returns true or an error, or
-// timeout passes.
-func pollUntil(timeout time.Duration, cond func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-	for backoff := 5 * time.Millisecond; ; backoff = min(2*backoff, 100*time.Millisecond) {
-		ok, err := cond()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("condition not met within %v", timeout)
-		}
-		time.Sleep(backoff) // polling interval, not synchronization
-	}
-}
-
 // waitFor polls cond until it holds or fails the test after timeout.
 func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
-	if err := pollUntil(timeout, func() (bool, error) { return cond(), nil }); err != nil {
+	if err := e2etest.PollUntil(timeout, func() (bool, error) { return cond(), nil }); err != nil {
 		t.Fatalf("waiting for %s: %v", what, err)
 	}
 }

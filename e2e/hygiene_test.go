@@ -70,14 +70,14 @@ func TestMalformedRequestsLogNoSecrets(t *testing.T) {
 		kinds = append(kinds, `"error_kind":"`+tc.wantKind+`"`)
 	}
 	waitFor(t, 5*time.Second, "the refusals in the log", func() bool {
-		return strings.Count(g.p.out.String(), `"request refused"`) >= len(kinds)
+		return strings.Count(g.p.Output(), `"request refused"`) >= len(kinds)
 	})
 	// A well-formed request with the same secrets (no session: the
 	// upstream refuses it), for contrast: it is logged without them too.
 	if status, err := rawExchange(t, u.Host, head+"Content-Length: "+strconv.Itoa(len(body))+"\r\nConnection: close\r\n\r\n"+body); status == "" {
 		t.Errorf("well-formed request: no answer (%v)", err)
 	}
-	out := g.p.out.String()
+	out := g.p.Output()
 	for _, secret := range []string{logSecretToken, logSecretPayload} {
 		if strings.Contains(out, secret) {
 			t.Errorf("taskgate's log contains %q:\n%s", secret, out)

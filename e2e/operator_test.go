@@ -8,7 +8,6 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -19,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskgate/taskgate/e2e/e2etest"
 	"github.com/taskgate/taskgate/taskstore/redistest"
 )
 
@@ -61,7 +61,7 @@ func TestSharedOwnerKeyAcrossReplicas(t *testing.T) {
 	}
 
 	// A restart of A keeps the key (it lives in Redis).
-	a.p.kill()
+	a.p.Kill()
 	a2 := startTaskgate(t, up.URL, "--redis", redisURL)
 	if g := client(a2).getTask(t1.TaskID); g.Status != "completed" {
 		t.Errorf("task after A restarted: %s, want completed", g.Status)
@@ -78,7 +78,7 @@ func TestSharedOwnerKeyAcrossReplicas(t *testing.T) {
 // stays JSON (go-redis's own messages included), and everything recovers.
 func TestReadinessDuringRedisOutage(t *testing.T) {
 	t.Parallel()
-	rs := newRedisServer(t, freeAddr(t), true) // the task survives the restart
+	rs := newRedisServer(t, e2etest.FreeAddr(t), true) // the task survives the restart
 	rs.start()
 	up := startLegacy(t)
 	gw := startTaskgate(t, up.URL, "--redis", "redis://"+rs.addr, "--store-timeout", "1s")
@@ -114,7 +114,7 @@ func TestReadinessDuringRedisOutage(t *testing.T) {
 		t.Errorf("plain call during the outage = %q", res.text())
 	}
 	waitFor(t, 15*time.Second, "the outage to be logged", func() bool {
-		return strings.Contains(gw.p.out.String(), "task store not reachable")
+		return strings.Contains(gw.p.Output(), "task store not reachable")
 	})
 	rs.start()
 	waitFor(t, 20*time.Second, "taskgate_store_up 1", func() bool { return metricValue(gw, "taskgate_store_up") == "1" })
@@ -123,11 +123,11 @@ func TestReadinessDuringRedisOutage(t *testing.T) {
 	}
 	c.call("tasks/cancel", map[string]any{"taskId": tk.TaskID})
 	<-waiting
-	gw.p.signal(t, syscall.SIGTERM)
-	if _, ok := gw.p.waitExit(20 * time.Second); !ok {
+	gw.p.Signal(t, syscall.SIGTERM)
+	if _, ok := gw.p.WaitExit(20 * time.Second); !ok {
 		t.Fatal("taskgate did not exit after SIGTERM")
 	}
-	assertJSONLines(t, gw.p.out.String())
+	assertJSONLines(t, gw.p.Output())
 }
 
 // assertJSONLines fails for every output line that is not a JSON object.
@@ -174,7 +174,7 @@ func TestSIGHUPReloadsPolicy(t *testing.T) {
 	if err := os.WriteFile(pol, []byte("rules:\n  - match: echo\n    taskSupport: forbidden\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	gw.p.signal(t, syscall.SIGHUP)
+	gw.p.Signal(t, syscall.SIGHUP)
 	waitFor(t, 10*time.Second, "the reloaded policy", func() bool { return support() == "forbidden" })
 	if e := c.rpcErr("tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": "x"}, "task": map[string]any{}}); e.Code != -32601 {
 		t.Errorf("task call to a tool forbidden by the reloaded policy: %d %q, want -32601", e.Code, e.Message)
@@ -183,11 +183,11 @@ func TestSIGHUPReloadsPolicy(t *testing.T) {
 	if err := os.WriteFile(pol, []byte("rules:\n  - match: echo\n    taskSupport: sometimes\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	gw.p.signal(t, syscall.SIGHUP)
+	gw.p.Signal(t, syscall.SIGHUP)
 	waitFor(t, 10*time.Second, "the refused reload to be logged", func() bool {
-		return strings.Contains(gw.p.out.String(), "policy file not reloaded; the previous policy stays")
+		return strings.Contains(gw.p.Output(), "policy file not reloaded; the previous policy stays")
 	})
-	if gw.p.hasExited() {
+	if gw.p.Exited() {
 		t.Fatal("taskgate exited on SIGHUP with a broken policy file")
 	}
 	if s := support(); s != "forbidden" {
@@ -198,9 +198,9 @@ func TestSIGHUPReloadsPolicy(t *testing.T) {
 	}
 
 	plain := startTaskgate(t, up.URL)
-	plain.p.signal(t, syscall.SIGHUP)
+	plain.p.Signal(t, syscall.SIGHUP)
 	waitFor(t, 10*time.Second, "SIGHUP without --config to be logged", func() bool {
-		return strings.Contains(plain.p.out.String(), "no --config policy file to reload")
+		return strings.Contains(plain.p.Output(), "no --config policy file to reload")
 	})
 	if st := httpStatus(plain.Admin + "/healthz"); st != http.StatusOK {
 		t.Errorf("taskgate without --config after SIGHUP: /healthz %d", st)
@@ -212,25 +212,22 @@ func TestSIGHUPReloadsPolicy(t *testing.T) {
 func TestRedisMisconfigurationReported(t *testing.T) {
 	t.Parallel()
 	redistest.Need(t, "redis-server")
-	addr := freeAddr(t)
+	addr := e2etest.FreeAddr(t)
 	_, port, _ := net.SplitHostPort(addr)
-	rp := startProc(t, "redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", t.TempDir(), "--requirepass", "right-password", "--maxmemory-policy", "allkeys-lru")
-	waitFor(t, 10*time.Second, "redis-server", func() bool {
-		reply, err := redisCommand(addr, "PING")
-		return err == nil && strings.HasPrefix(reply, "-NOAUTH") || rp.hasExited()
-	})
+	e2etest.StartRedis(t, addr, []string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", t.TempDir(), "--requirepass", "right-password", "--maxmemory-policy", "allkeys-lru"},
+		e2etest.CheckOutput(e2etest.RaceOrPanic))
 	up := startLegacy(t)
 	wrong := startTaskgate(t, up.URL, "--redis", "redis://:wrong-password@"+addr)
 	waitFor(t, 10*time.Second, "the wrong password to be reported", func() bool {
-		return strings.Contains(wrong.p.out.String(), "Redis refused the credentials in --redis (wrong password or user)")
+		return strings.Contains(wrong.p.Output(), "Redis refused the credentials in --redis (wrong password or user)")
 	})
-	if strings.Contains(wrong.p.out.String(), "wrong-password") {
+	if strings.Contains(wrong.p.Output(), "wrong-password") {
 		t.Error("the log contains the password")
 	}
 	right := startTaskgate(t, up.URL, "--redis", "redis://:right-password@"+addr)
 	waitFor(t, 10*time.Second, "the eviction policy to be flagged", func() bool {
-		return strings.Contains(right.p.out.String(), `"maxmemory_policy":"allkeys-lru"`)
+		return strings.Contains(right.p.Output(), `"maxmemory_policy":"allkeys-lru"`)
 	})
 }
 
@@ -317,20 +314,15 @@ func TestImageSettingsAndHealthcheck(t *testing.T) {
 	t.Parallel()
 	up := startLegacy(t)
 	var listen, admin string
-	p := startRetrying(t, func() (*proc, error) {
-		_, lp, _ := net.SplitHostPort(freeAddr(t))
-		_, ap, _ := net.SplitHostPort(freeAddr(t))
+	p := e2etest.StartRetrying(t, func() (*proc, error) {
+		_, lp, _ := net.SplitHostPort(e2etest.FreeAddr(t))
+		_, ap, _ := net.SplitHostPort(e2etest.FreeAddr(t))
 		listen, admin = "0.0.0.0:"+lp, "0.0.0.0:"+ap
 		p := startProcEnv(t, "taskgate", taskgateBin,
 			[]string{"TASKGATE_LISTEN=" + listen, "TASKGATE_ADMIN_LISTEN=" + admin, "TASKGATE_UPSTREAM=" + up.URL})
-		err := pollUntil(10*time.Second, func() (bool, error) {
-			if p.hasExited() {
-				return false, fmt.Errorf("taskgate exited early: %s", p.out.String())
-			}
-			return httpStatus("http://127.0.0.1:"+ap+"/healthz") == http.StatusOK, nil
-		})
+		err := e2etest.WaitReady(p, 10*time.Second, func() bool { return e2etest.HTTPOK("http://127.0.0.1:" + ap + "/healthz") })
 		if err != nil {
-			p.kill()
+			p.Kill()
 		}
 		return p, err
 	})
@@ -360,8 +352,8 @@ func TestImageSettingsAndHealthcheck(t *testing.T) {
 			t.Errorf("taskgate %s: exit %d, want %d (%s)", strings.Join(tc.args, " "), code, tc.code, out.String())
 		}
 	}
-	p.signal(t, syscall.SIGTERM)
-	if st, ok := p.waitExit(20 * time.Second); !ok || st.ExitCode() != 0 {
+	p.Signal(t, syscall.SIGTERM)
+	if st, ok := p.WaitExit(20 * time.Second); !ok || st.ExitCode() != 0 {
 		t.Errorf("exit after SIGTERM: %v %v", st, ok)
 	}
 }
@@ -370,23 +362,7 @@ func TestImageSettingsAndHealthcheck(t *testing.T) {
 // arguments).
 func startProcEnv(t testing.TB, name, bin string, env []string) *proc {
 	t.Helper()
-	p := &proc{name: name, exited: make(chan struct{})}
-	p.cmd = exec.Command(bin)
-	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		_ = p.cmd.Wait()
-		p.state = p.cmd.ProcessState
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("---- output of %s (%s) ----\n%s", name, strings.Join(env, " "), p.out.String())
-		}
-	})
-	return p
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), env...)
+	return e2etest.Start(t, name, cmd)
 }

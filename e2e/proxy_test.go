@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/taskgate/taskgate/e2e/e2etest"
 )
 
 // E-01, P-01, T-01, T-02, P-03: initialize through taskgate shows the tasks
@@ -314,7 +316,7 @@ func TestNotificationAccepted202(t *testing.T) {
 // Upstream down: HTTP 502 with a JSON-RPC error echoing the request id.
 func TestUpstreamDown502(t *testing.T) {
 	t.Parallel()
-	gw := startTaskgate(t, "http://"+freeAddr(t)+"/mcp")
+	gw := startTaskgate(t, "http://"+e2etest.FreeAddr(t)+"/mcp")
 	c := newRawClient(t, gw.URL)
 	for _, method := range []string{"initialize", "tools/list", "tools/call", "resources/list"} {
 		body := []byte(`{"jsonrpc":"2.0","id":"down-1","method":"` + method + `","params":{"name":"echo","arguments":{"text":"x"}}}`)
@@ -475,7 +477,7 @@ func TestBadStartupExitsNonZero(t *testing.T) {
 		{"missing policy", []string{"--upstream", "http://127.0.0.1:1/mcp", "--config", badPolicy + ".nope"}, "nope"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cmd := exec.Command(taskgateBin, append(tc.args, "--listen", freeAddr(t), "--admin-listen", "")...)
+			cmd := exec.Command(taskgateBin, append(tc.args, "--listen", e2etest.FreeAddr(t), "--admin-listen", "")...)
 			if tc.name == "bad env" {
 				cmd.Env = append(cmd.Environ(), "TASKGATE_LIST_PAGE_SIZE=many")
 			}
@@ -513,7 +515,7 @@ func TestProcsApplied(t *testing.T) {
 		{nil, "go_sched_gomaxprocs_threads 1\n"},
 		{[]string{"--procs", "2"}, "go_sched_gomaxprocs_threads 2\n"},
 	} {
-		g := startTaskgate(t, "http://"+freeAddr(t)+"/mcp", tc.args...)
+		g := startTaskgate(t, "http://"+e2etest.FreeAddr(t)+"/mcp", tc.args...)
 		resp, err := http.Get(g.Admin + "/metrics")
 		if err != nil {
 			t.Fatalf("GET /metrics: %v", err)

@@ -94,7 +94,7 @@ func TestPolicyReloadOnFileChange(t *testing.T) {
 		waitFor(t, 15*time.Second, "the swapped policy", func() bool { return toolTaskSupport(c, "echo") == "forbidden" })
 		cm.swap("policy.yaml", bad)
 		waitFor(t, 15*time.Second, "the refused reload to be logged", func() bool {
-			out := gw.p.out.String()
+			out := gw.p.Output()
 			return strings.Contains(out, "policy file not reloaded; the previous policy stays") && strings.Contains(out, `"cause":"file changed"`)
 		})
 		if s := toolTaskSupport(c, "echo"); s != "forbidden" {
@@ -272,14 +272,14 @@ func TestTLSListeners(t *testing.T) {
 	pki.issueServer(t, 101)
 	waitFor(t, 15*time.Second, "the renewed certificate", func() bool { s := serial(); return s != nil && s.Int64() == 101 })
 	waitFor(t, 15*time.Second, "the reload to be logged", func() bool {
-		return strings.Contains(gw.p.out.String(), "TLS files reloaded")
+		return strings.Contains(gw.p.Output(), "TLS files reloaded")
 	})
 	// A broken file keeps the certificate in use.
 	if err := os.WriteFile(pki.certFile, []byte("not a certificate"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, 15*time.Second, "the refused reload to be logged", func() bool {
-		return strings.Contains(gw.p.out.String(), "TLS files not reloaded; the previous certificate stays")
+		return strings.Contains(gw.p.Output(), "TLS files not reloaded; the previous certificate stays")
 	})
 	if s := serial(); s == nil || s.Int64() != 101 {
 		t.Errorf("after a broken file the served serial is %v, want 101", s)

@@ -25,6 +25,7 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/taskgate/taskgate/e2e/e2etest"
 	"github.com/taskgate/taskgate/taskstore/redistest"
 )
 
@@ -33,25 +34,15 @@ import (
 func startStdioGateway(t testing.TB, command string, extra ...string) *gateway {
 	t.Helper()
 	g := &gateway{}
-	g.p = startRetrying(t, func() (*proc, error) {
-		listen, admin := freeAddr(t), freeAddr(t)
+	g.p = e2etest.StartRetrying(t, func() (*proc, error) {
+		listen, admin := e2etest.FreeAddr(t), e2etest.FreeAddr(t)
 		args := append([]string{"--upstream-command", command, "--listen", listen, "--admin-listen", admin,
 			"--log-level", "debug"}, extra...)
 		p := startProc(t, "taskgate", taskgateBin, args...)
 		g.URL, g.Admin = "http://"+listen+"/mcp", "http://"+admin
-		err := pollUntil(10*time.Second, func() (bool, error) {
-			if p.hasExited() {
-				return false, fmt.Errorf("taskgate exited early: %s", p.out.String())
-			}
-			resp, err := http.Get(g.Admin + "/healthz")
-			if err != nil {
-				return false, nil
-			}
-			resp.Body.Close()
-			return resp.StatusCode == http.StatusOK, nil
-		})
+		err := e2etest.WaitReady(p, 10*time.Second, func() bool { return e2etest.HTTPOK(g.Admin + "/healthz") })
 		if err != nil {
-			p.kill()
+			p.Kill()
 		}
 		return p, err
 	})
@@ -64,7 +55,7 @@ func legacyStdio() string { return legacyMCPBin + " --stdio" }
 // childPIDs lists the processes taskgate started (its direct children).
 func childPIDs(t testing.TB, g *gateway) []int {
 	t.Helper()
-	pid := g.p.cmd.Process.Pid
+	pid := g.p.Cmd.Process.Pid
 	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
 	var out []int
 	for _, f := range tasks {
@@ -279,9 +270,9 @@ func TestStdioSessionsIsolated(t *testing.T) {
 	// The children's stderr is in taskgate's log, marked with the session
 	// hash the request lines use; raw session ids never are.
 	waitFor(t, 10*time.Second, "the children's stderr in the log", func() bool {
-		return strings.Count(gw.p.out.String(), `serving on stdio`) == 2
+		return strings.Count(gw.p.Output(), `serving on stdio`) == 2
 	})
-	out := gw.p.out.String()
+	out := gw.p.Output()
 	for _, line := range strings.Split(out, "\n") {
 		if !strings.Contains(line, `"stderr":`) {
 			continue
@@ -318,8 +309,8 @@ func TestStdioShutdownStopsChildren(t *testing.T) {
 	}
 	var pids []int
 	waitFor(t, 10*time.Second, "two children", func() bool { pids = childPIDs(t, gw); return len(pids) == 2 })
-	gw.p.signal(t, syscall.SIGTERM)
-	if _, ok := gw.p.waitExit(20 * time.Second); !ok {
+	gw.p.Signal(t, syscall.SIGTERM)
+	if _, ok := gw.p.WaitExit(20 * time.Second); !ok {
 		t.Fatal("taskgate did not exit after SIGTERM")
 	}
 	for _, pid := range pids {
@@ -443,7 +434,7 @@ func TestStdioEverythingServer(t *testing.T) {
 	if !strings.Contains(env, "configured-value") || !strings.Contains(env, `"PATH"`) {
 		t.Errorf("child environment lacks the configured or the inherited variables: %.300s", env)
 	}
-	if out := gw.p.out.String(); strings.Contains(out, "tok-secret-4711") {
+	if out := gw.p.Output(); strings.Contains(out, "tok-secret-4711") {
 		t.Error("a configured environment value reached taskgate's log")
 	}
 }
@@ -600,7 +591,7 @@ func TestStdioReplicaKilledMidTask(t *testing.T) {
 	if r := cb.postRaw(body); r.Status != http.StatusNotFound {
 		t.Errorf("A's session on B: HTTP %d, want 404 (the process lives on A)", r.Status)
 	}
-	a.p.kill() // SIGKILL: A cannot stop its children itself
+	a.p.Kill() // SIGKILL: A cannot stop its children itself
 	waitFor(t, 10*time.Second, "A's child to die with A", func() bool { return !alive(kids[0]) })
 	g := cb.waitTerminal(tk.TaskID, 3*lease+10*time.Second)
 	if g.Status != "failed" || !strings.Contains(g.StatusMessage, "stopped (its lease expired)") {
@@ -701,6 +692,6 @@ func TestStdioEverythingServerOwnTasks(t *testing.T) {
 	}
 	// The log is written asynchronously: poll for the line.
 	waitFor(t, 10*time.Second, "taskgate to log that it serves the tasks itself", func() bool {
-		return strings.Contains(gw.p.out.String(), "ownTasks")
+		return strings.Contains(gw.p.Output(), "ownTasks")
 	})
 }

@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/taskgate/taskgate/e2e/e2etest"
 	"github.com/taskgate/taskgate/taskstore"
 	"github.com/taskgate/taskgate/taskstore/redistest"
 )
@@ -120,7 +121,7 @@ func findable(t *testing.T, gws []*gateway, token string) (bool, string) {
 func TestOwnerKeyConvergesAfterRedisDataLoss(t *testing.T) {
 	t.Parallel()
 	const lease = 2 * time.Second
-	rs := newRedisServer(t, freeAddr(t), false)
+	rs := newRedisServer(t, e2etest.FreeAddr(t), false)
 	rs.start()
 	up := startLegacy(t)
 	url := "redis://" + rs.addr
@@ -137,7 +138,7 @@ func TestOwnerKeyConvergesAfterRedisDataLoss(t *testing.T) {
 	c := startTaskgate(t, up.URL, flags...)
 	gws := []*gateway{a, b, c}
 	var why string
-	if err := pollUntil(10*lease, func() (bool, error) {
+	if err := e2etest.PollUntil(10*lease, func() (bool, error) {
 		var ok bool
 		ok, why = findable(t, gws, "after-restart")
 		return ok, nil
@@ -181,11 +182,11 @@ func TestOwnerKeyConvergesAfterRedisDataLoss(t *testing.T) {
 	if ok, why := findable(t, gws, "after-replace"); !ok {
 		t.Errorf("after every replica adopted the key: %s", why)
 	}
-	if v, err := redisCommand(rs.addr, "GET "+key); err != nil || !strings.HasPrefix(v, "$64") {
+	if v, err := redistest.Command(rs.addr, "GET "+key); err != nil || len(strings.TrimSpace(v)) != 64 {
 		t.Errorf("key in Redis after the adoption: %q %v", v, err)
 	}
 	for i, gw := range gws {
-		if !strings.Contains(gw.p.out.String(), "adopted it") {
+		if !strings.Contains(gw.p.Output(), "adopted it") {
 			t.Errorf("replica %d did not log the mismatch", i)
 		}
 	}
@@ -502,7 +503,7 @@ func (l *taskLoad) summary() string {
 // writes: the figures are reported, not asserted.
 func TestRedisAOFRestartUnderLoad(t *testing.T) {
 	t.Parallel()
-	rs := newRedisServer(t, freeAddr(t), true)
+	rs := newRedisServer(t, e2etest.FreeAddr(t), true)
 	rs.fsync = "everysec"
 	rs.start()
 	up := startLegacy(t)
@@ -525,7 +526,7 @@ func TestRedisAOFRestartUnderLoad(t *testing.T) {
 		before := load.ackedCount()
 		down := time.Now()
 		if crash {
-			rs.p.kill()
+			rs.p.Kill()
 		} else {
 			rs.stop()
 		}
@@ -577,7 +578,7 @@ func startSentinelSet(t *testing.T, replicas int) *sentinelSet {
 	sentinelBin := redistest.Need(t, "redis-sentinel")
 	s := &sentinelSet{procs: map[string]*proc{}, args: map[string][]string{}}
 	server := func(extra ...string) string {
-		addr := freeAddr(t)
+		addr := e2etest.FreeAddr(t)
 		_, port, _ := net.SplitHostPort(addr)
 		args := append([]string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--dir", t.TempDir(),
 			"--appendonly", "yes", "--appendfsync", "everysec"}, extra...)
@@ -591,7 +592,7 @@ func startSentinelSet(t *testing.T, replicas int) *sentinelSet {
 		s.replica = server("--replicaof", mhost, mport)
 	}
 	for range 3 {
-		addr := freeAddr(t)
+		addr := e2etest.FreeAddr(t)
 		_, port, _ := net.SplitHostPort(addr)
 		dir := t.TempDir()
 		conf := filepath.Join(dir, "sentinel.conf")
@@ -624,11 +625,7 @@ func startSentinelSet(t *testing.T, replicas int) *sentinelSet {
 // start (re)starts the redis-server at addr and waits until it answers.
 func (s *sentinelSet) start(t *testing.T, addr string) {
 	t.Helper()
-	s.procs[addr] = startProc(t, "redis-server", "redis-server", s.args[addr]...)
-	waitFor(t, 10*time.Second, "redis-server on "+addr, func() bool {
-		reply, err := redisCommand(addr, "PING")
-		return err == nil && strings.HasPrefix(reply, "+PONG")
-	})
+	s.procs[addr] = e2etest.StartRedis(t, addr, s.args[addr], e2etest.CheckOutput(e2etest.RaceOrPanic))
 }
 
 // redisInfo returns INFO section as text.
@@ -734,7 +731,7 @@ func sentinelFailover(t *testing.T, replicas int, query string) {
 		old := s.masterAddr()
 		began := time.Now()
 		if kill {
-			s.procs[old].kill()
+			s.procs[old].Kill()
 		} else if out, err := redisPipeline(s.sentinels[0], "SENTINEL FAILOVER mymaster"); err != nil || out[0] != "+OK" {
 			t.Fatalf("SENTINEL FAILOVER: %q %v", out, err)
 		}

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/taskgate/taskgate/e2e/e2etest"
 )
 
 // The OpenTelemetry e2e test runs a real Collector, built from its Go
@@ -75,8 +77,8 @@ func startCollector(t *testing.T) *collector {
 	bin := buildCollector(t)
 	dir := t.TempDir()
 	c := &collector{file: filepath.Join(dir, "traces.jsonl")}
-	startRetrying(t, func() (*proc, error) {
-		c.grpc, c.http = freeAddr(t), freeAddr(t)
+	e2etest.StartRetrying(t, func() (*proc, error) {
+		c.grpc, c.http = e2etest.FreeAddr(t), e2etest.FreeAddr(t)
 		cfg := fmt.Sprintf(`receivers:
   otlp:
     protocols:
@@ -104,9 +106,9 @@ service:
 			t.Fatal(err)
 		}
 		p := startProc(t, "otelcol", bin, "--config", path)
-		err := pollUntil(30*time.Second, func() (bool, error) {
-			if p.hasExited() {
-				return false, fmt.Errorf("otelcol exited early: %s", p.out.String())
+		err := e2etest.PollUntil(30*time.Second, func() (bool, error) {
+			if p.Exited() {
+				return false, fmt.Errorf("otelcol exited early: %s", p.Output())
 			}
 			for _, a := range []string{c.grpc, c.http} {
 				conn, err := net.DialTimeout("tcp", a, time.Second)
@@ -118,7 +120,7 @@ service:
 			return true, nil
 		})
 		if err != nil {
-			p.kill()
+			p.Kill()
 		}
 		return p, err
 	})
@@ -319,7 +321,7 @@ func TestOpenTelemetryCollector(t *testing.T) {
 
 			// taskgate's log lines inside the traced request and call.
 			var created, finished bool
-			for _, line := range strings.Split(gw.p.out.String(), "\n") {
+			for _, line := range strings.Split(gw.p.Output(), "\n") {
 				var l map[string]any
 				if json.Unmarshal([]byte(line), &l) != nil || l["task_id"] != task.TaskID {
 					continue
@@ -332,7 +334,7 @@ func TestOpenTelemetryCollector(t *testing.T) {
 				}
 			}
 			if !created || !finished {
-				t.Errorf("log lines with the span ids: task created %v, task finished %v; output:\n%s", created, finished, gw.p.out.String())
+				t.Errorf("log lines with the span ids: task created %v, task finished %v; output:\n%s", created, finished, gw.p.Output())
 			}
 		})
 	}

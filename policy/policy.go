@@ -65,8 +65,11 @@ type Policy struct {
 	// taskgate's in initialize, its tools' execution.taskSupport by the
 	// policy's, and task-augmented calls run as they do in front of an
 	// upstream without tasks (stored by taskgate, the upstream sees plain
-	// calls). Default false: an upstream that declares tasks gets its task
-	// traffic passed through unchanged.
+	// calls). The same holds for a 2026-07-28 upstream that offers the tasks
+	// extension: taskgate's extension replaces its own in server/discover,
+	// and its calls reach it without the extension declared. Default false:
+	// an upstream that declares tasks gets its task traffic passed through
+	// unchanged.
 	OwnTasks bool
 	// Defaults apply to tools that no rule matches. Rules inherit every field
 	// they leave unset from Defaults.

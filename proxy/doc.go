@@ -21,60 +21,58 @@
 // the upstream's host, or Config.Dial, through which a stdio MCP server run
 // by package proxy/stdio is reached in process.
 //
-// Intercepted: initialize and tools/list answers are rewritten in their own
-// framing (package capability); tools/call is checked against the tool
-// policy (package policy) and, with params.task, becomes a task; tasks/* are
+// Intercepted: what an era of the wire serves itself (see below):
+// initialize and tools/list answers rewritten in their own framing
+// (package capability), tools/call checked against the tool policy
+// (package policy) and, as a task, run in the background; tasks/*
 // answered from the store (package taskstore) and never forwarded; a
-// client's JSON-RPC response that answers a request relayed from a task's
-// upstream call is routed to that task's runner; GET streams of sessions at
-// 2025-11-25 are merged with the session's task messages.
+// client's answer to a question of a task's upstream call routed to that
+// task's runner; GET streams of sessions at 2025-11-25 merged with the
+// session's task messages.
 //
-// The method table (methods.go) lists every method taskgate knows, with its
-// handler on each wire; the dispatch, the batch check and the metric labels
-// read it. JSON is read and edited by package capability/jsonx, SSE read and
-// written by package proxy/sse.
+// # Package map
+//
+//   - proxy (this package): the front. ServeFastHTTP checks what the front
+//     owns (method, ambiguous identity headers, Origin, path, the session's
+//     binding to its credential), parses a POST's envelope and asks the
+//     eras in order; pass-through (passthrough.go, rewrite.go), identity
+//     (owner.go, sessions.go), protocol-version bridging (versions.go),
+//     request logs and metrics, tracing, and the composition (eras.go).
+//   - proxy/wire: the seam. The envelope, the method table, the JSON-RPC
+//     writer, the Era and Call interfaces, wire.Front (what the front
+//     gives the eras) and the Runner the engine calls.
+//   - proxy/wire/v20251125, proxy/wire/v20260728: the eras, one package
+//     per protocol revision; each owns its column of the method table, its
+//     parsing and rendering and its side of a background call.
+//   - proxy/engine: the task engine, wire-neutral.
+//   - proxy/upstream, proxy/sse, proxy/sysconn, proxy/tracing,
+//     proxy/stdio, proxy/admin: the upstream client, SSE, direct socket
+//     calls, spans, a stdio upstream in process, the admin API.
 //
 // # Tasks
 //
 // The task engine (package proxy/engine) creates, runs, waits for, lists
-// and cancels tasks and routes their messages; this package is the wire
-// in front of it and the engine's upstream (taskUpstream in taskcall.go,
-// whose job embeds the engine's). Creating a task is one store round trip;
-// the CreateTaskResult goes back at once and a runner goroutine performs
-// the upstream call on a connection of its own pool, so that tasks/cancel,
-// the policy timeout, the task's ttl and shutdown can abort it by closing
-// that connection. The runner holds a lease in the store and renews it;
-// any replica fails tasks whose runner vanished. The upstream's final
-// answer is stored raw; the wire status (completed, or failed for isError
-// and JSON-RPC errors) is decided here (classify).
+// and cancels tasks and routes their messages; the eras are the wire in
+// front of it, and the engine's upstream is wire.Runner, which leaves what
+// varies by era to the job's wire.Call. Creating a task is one store
+// round trip; the CreateTaskResult goes back at once and a runner
+// goroutine performs the upstream call on a connection of its own pool,
+// so that tasks/cancel, the policy timeout, the task's ttl and shutdown
+// can abort it by closing that connection. The runner holds a lease in the
+// store and renews it; any replica fails tasks whose runner vanished. The
+// upstream's final answer is stored raw; each era renders it its own way
+// (wire.Classify decides the 2025-11-25 status).
 //
-// While the call runs, the upstream's notifications and requests are
-// stamped with related-task _meta and queued in the store; the task's open
-// tasks/result stream, else a GET stream of any session of the task's
-// owner, drains the queue (on any replica), so each message is delivered
-// once. Tasks outlive their sessions and sessions are bound to their owner
-// (sessions.go). tasks/result waits on
-// the store's pub/sub wake-ups with the store as the source of truth, and
-// keeps long waits alive with SSE comments.
+// # Eras
 //
-// # The MCP 2026-07-28 wire
-//
-// The same endpoint also serves clients of MCP 2026-07-28, where tasks are
-// the extension io.modelcontextprotocol/tasks on a stateless wire (no
-// initialize, no sessions; each request names its protocol version and its
-// client's capabilities in params._meta). The era is decided per request
-// (modern.go); 2025-era requests never reach that code. The same stored
-// task and raw outcome are rendered per era (package wire2026 renders the
-// 2026 shapes). Files: modern.go (classifier, dispatch, tools/call),
-// modern_tasks.go (task creation with its promote window, tasks/get,
-// tasks/update, tasks/cancel, signed requestState), modern_runner.go (the
-// questions of a running call, answers from any replica, the retries of a
-// 2026 upstream), modern_upstream.go (the upstream's era, the bridge to a
-// 2025 upstream with its credential-bound sessions and the private
-// sessions of requests without credentials). The engine's upstream calls
-// into them at one point each (taskUpstream.Call, relayRequest,
-// relayNotification, deliverAnswers, notifyCancelled) for jobs with a
-// modernJob.
+// The same endpoint serves MCP 2025-11-25 (package v20251125: tasks in
+// the core protocol, per session) and MCP 2026-07-28 (package v20260728:
+// tasks as the extension io.modelcontextprotocol/tasks on a stateless
+// wire). The era is decided per request: the 2026 era recognises its
+// requests by their params._meta and MCP-Protocol-Version header and
+// comes first; everything else is the 2025 era's or passes through. The
+// same stored task is read, cancelled and listed on either wire by the
+// same owner. Package wire says what a third era must implement.
 //
 // # Ownership
 //

@@ -73,7 +73,7 @@ func definitions(doc string) []string {
 // where edge cases are M- IDs and an E- citation would mean the wrong list.
 func secondWire(path string) bool {
 	path = filepath.ToSlash(path)
-	return strings.Contains(path, "wire2026") || strings.HasPrefix(filepath.Base(path), "modern")
+	return strings.Contains(path, "/v20260728/")
 }
 
 // glossaryProblems checks the citations of files (path -> source) against
@@ -213,15 +213,15 @@ func TestGlossaryChecker(t *testing.T) {
 		t.Errorf("definitions = %q, want %q", got, want)
 	}
 	got := glossaryProblems(doc, map[string]string{
-		"proxy/tasks.go":        "// T-01..T-02, E-01, H-07 and A-4",
-		"proxy/modern_tasks.go": "// E-01 and M-01",
+		"proxy/tasks.go":                "// T-01..T-02, E-01, H-07 and A-4",
+		"proxy/wire/v20260728/tasks.go": "// E-01 and M-01",
 	})
 	want := []string{
 		"glossary: Q-99 is referred to but not defined",
 		"glossary: T-01 is defined twice",
-		`proxy/modern_tasks.go: E-01 is an edge case of the 2025-11-25 wire; the 2026-07-28 wire's are M- IDs`,
 		`proxy/tasks.go: "A-4" is not a well-formed ID or range (two or three digits, one series)`,
 		"proxy/tasks.go: H-07 is cited but not defined in the glossary (proxy/GLOSSARY.md)",
+		`proxy/wire/v20260728/tasks.go: E-01 is an edge case of the 2025-11-25 wire; the 2026-07-28 wire's are M- IDs`,
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("problems:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -69,19 +69,35 @@ var importRules = []importRule{
 		why:    "the capability rewrites are pure functions on the bytes of one answer",
 	},
 	{
-		pkgs:   []string{"proxy/wire2026/..."},
+		pkgs:   []string{"proxy/wire/v20260728/schema/..."},
 		forbid: []string{fasthttpPath, "..."},
 		why:    "the 2026-07-28 wire's shapes: the HTTP layer renders them, they speak no HTTP and need nothing of taskgate",
 	},
 	{
 		pkgs:   []string{"proxy/engine/..."},
-		forbid: []string{fasthttpPath, "github.com/prometheus/...", "go.opentelemetry.io/...", "proxy/...", "capability/...", "cmd/..."},
-		why: "the task engine knows no wire: not fasthttp, not either era's JSON shapes or scanner, not the upstream's transport " +
+		forbid: []string{fasthttpPath, "github.com/prometheus/...", "go.opentelemetry.io/...", "proxy/...", "proxy/wire/...", "capability/...", "cmd/..."},
+		why: "the task engine knows no wire: not fasthttp, not the wire eras (proxy/wire/...) or their JSON shapes or scanner, not the upstream's transport " +
 			"(it calls the upstream through its own Upstream interface) and no metrics or tracing library (it reports through Hooks)",
 	},
 	{
+		pkgs:   []string{"proxy/wire/..."},
+		forbid: []string{"proxy", "cmd/...", "proxy/stdio/...", "proxy/admin/..."},
+		why: "the wire eras sit below the front: they reach its pass-through, identity and logging only through " +
+			"the hooks of wire.Front, so an era cannot grow a dependency on the front's internals",
+	},
+	{
+		pkgs:   []string{"proxy/wire/v20251125/..."},
+		forbid: []string{"proxy/wire/v20260728/..."},
+		why:    "each era is its own package behind the seam of package wire: what two eras share lives in wire",
+	},
+	{
+		pkgs:   []string{"proxy/wire/v20260728/..."},
+		forbid: []string{"proxy/wire/v20251125/..."},
+		why:    "each era is its own package behind the seam of package wire: what two eras share lives in wire",
+	},
+	{
 		pkgs:   []string{"proxy/upstream/..."},
-		forbid: []string{"taskstore/...", "policy/...", "capability/...", "proxy/engine/...", "proxy/wire2026/...", "proxy/stdio/..."},
+		forbid: []string{"taskstore/...", "policy/...", "capability/...", "proxy/engine/...", "proxy/wire/v20260728/schema/...", "proxy/stdio/..."},
 		why:    "the upstream client is transport: it knows no task store, no policy, no engine and no client-side wire",
 	},
 	{
@@ -106,12 +122,12 @@ var importRules = []importRule{
 	},
 	{
 		pkgs:   []string{"proxy/tracing/..."},
-		forbid: []string{"policy/...", "capability/...", "proxy/engine/...", "proxy/upstream/...", "proxy/wire2026/...", "proxy/stdio/...", "cmd/..."},
+		forbid: []string{"policy/...", "capability/...", "proxy/engine/...", "proxy/upstream/...", "proxy/wire/v20260728/schema/...", "proxy/stdio/...", "cmd/..."},
 		why:    "tracing makes spans from what its callers tell it and wraps the store: it knows no policy, engine, wire or transport",
 	},
 	{
 		pkgs:   []string{"proxy/stdio/..."},
-		forbid: []string{"taskstore/...", "policy/...", "capability", "proxy/engine/...", "proxy/upstream/...", "proxy/wire2026/..."}, leavesOnly: []string{"capability/jsonx/..."},
+		forbid: []string{"taskstore/...", "policy/...", "capability", "proxy/engine/...", "proxy/upstream/...", "proxy/wire/v20260728/schema/..."}, leavesOnly: []string{"capability/jsonx/..."},
 		why: "a stdio server is reached as an HTTP endpoint through Config.Dial: it knows nothing of tasks",
 	},
 }
@@ -326,12 +342,12 @@ func TestImportRuleChecker(t *testing.T) {
 	}
 	// The top rule: the commands may import proxy, nothing else may.
 	graph := map[string]goPackage{
-		mod + "/proxy":           {ImportPath: mod + "/proxy"},
-		mod + "/cmd/taskgate":    {ImportPath: mod + "/cmd/taskgate", Deps: []string{mod + "/proxy"}},
-		mod + "/proxy/engine":    {ImportPath: mod + "/proxy/engine", Deps: []string{mod + "/proxy"}},
-		mod + "/proxy/wire2026":  {ImportPath: mod + "/proxy/wire2026", Deps: []string{"github.com/valyala/fasthttp"}},
-		mod + "/taskstore/inner": {ImportPath: mod + "/taskstore/inner", Deps: []string{mod + "/taskstore"}},
-		mod + "/taskstore":       {ImportPath: mod + "/taskstore"},
+		mod + "/proxy":                       {ImportPath: mod + "/proxy"},
+		mod + "/cmd/taskgate":                {ImportPath: mod + "/cmd/taskgate", Deps: []string{mod + "/proxy"}},
+		mod + "/proxy/engine":                {ImportPath: mod + "/proxy/engine", Deps: []string{mod + "/proxy"}},
+		mod + "/proxy/wire/v20260728/schema": {ImportPath: mod + "/proxy/wire/v20260728/schema", Deps: []string{"github.com/valyala/fasthttp"}},
+		mod + "/taskstore/inner":             {ImportPath: mod + "/taskstore/inner", Deps: []string{mod + "/taskstore"}},
+		mod + "/taskstore":                   {ImportPath: mod + "/taskstore"},
 	}
 	why := func(pkg string) string {
 		for _, r := range importRules {
@@ -346,7 +362,7 @@ func TestImportRuleChecker(t *testing.T) {
 	want := []string{
 		mod + "/proxy/engine depends on " + mod + "/proxy: " + why("..."),
 		mod + "/proxy/engine depends on " + mod + "/proxy: " + why("proxy/engine/..."),
-		mod + "/proxy/wire2026 depends on github.com/valyala/fasthttp: " + why("proxy/wire2026/..."),
+		mod + "/proxy/wire/v20260728/schema depends on github.com/valyala/fasthttp: " + why("proxy/wire/v20260728/schema/..."),
 	}
 	if !slices.Equal(v, want) {
 		t.Errorf("violations:\n%s\nwant:\n%s", strings.Join(v, "\n"), strings.Join(want, "\n"))

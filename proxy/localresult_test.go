@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/taskgate/taskgate/proxy/engine"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
@@ -167,7 +168,7 @@ func TestReportedPollInterval(t *testing.T) {
 		{time.Hour, 2 * time.Second, taskstore.Completed, 2 * time.Second},
 	} {
 		tk := &taskstore.Task{Status: tc.status, CreatedAt: created, PollInterval: tc.bound}
-		if got := reportedPollInterval(tk, created.Add(tc.age)); got != tc.want {
+		if got := engine.PollInterval(tk, created.Add(tc.age), false); got != tc.want {
 			t.Errorf("age %v, bound %v, %s: pollInterval %v, want %v", tc.age, tc.bound, tc.status, got, tc.want)
 		}
 	}
@@ -211,8 +212,8 @@ func TestTaskGetHoldsYoungLocalCall(t *testing.T) {
 func TestPollIntervalBacksOffNearTheRateLimit(t *testing.T) {
 	e := newTaskEnv(t, "", Config{TaskRate: 0.001, TaskBurst: 10})
 	task := e.createTask(alice, "block", `{}`, `{}`) // 1 of 10 tokens
-	if task.PollInterval != pollMin.Milliseconds() {
-		t.Fatalf("young task's pollInterval %d ms, want %d", task.PollInterval, pollMin.Milliseconds())
+	if task.PollInterval != engine.PollMin.Milliseconds() {
+		t.Fatalf("young task's pollInterval %d ms, want %d", task.PollInterval, engine.PollMin.Milliseconds())
 	}
 	var polls []int64
 	for range 6 { // tokens left after each: 8 7 6 5 4 3

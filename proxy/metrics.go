@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -9,7 +10,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/taskgate/taskgate/policy"
 	"github.com/taskgate/taskgate/proxy/engine"
+	"github.com/taskgate/taskgate/proxy/tracing"
+	"github.com/taskgate/taskgate/proxy/wire"
+	"github.com/taskgate/taskgate/taskstore"
 )
 
 // Metrics are the Prometheus collectors of a Handler. Create them once per
@@ -53,13 +58,13 @@ func observer(cache *sync.Map, vec *prometheus.HistogramVec, label string) prome
 
 // observeRequest records a client request's duration under its method.
 func (m *Metrics) observeRequest(method string, d time.Duration) {
-	observer(&m.requestDurOf, m.requestDur, metricMethod(method)).Observe(d.Seconds())
+	observer(&m.requestDurOf, m.requestDur, wire.MetricLabel(method)).Observe(d.Seconds())
 }
 
 // observeUpstream records the time until the upstream's response headers
 // of a request of this method.
 func (m *Metrics) observeUpstream(method string, d time.Duration) {
-	observer(&m.upstreamOf, m.upstreamLatency, metricMethod(method)).Observe(d.Seconds())
+	observer(&m.upstreamOf, m.upstreamLatency, wire.MetricLabel(method)).Observe(d.Seconds())
 }
 
 // Buckets of the task and background call durations: tasks run for
@@ -168,9 +173,9 @@ func (m *Metrics) zeroCounters() {
 	for _, op := range zeroStoreOps {
 		m.storeErrs.WithLabelValues(op)
 	}
-	labels := []string{metricNoMethod, metricBatch, metricGetStream, "other"}
-	for i := range methods {
-		labels = append(labels, methods[i].metric)
+	labels := []string{wire.MetricNoMethod, wire.MetricBatch, wire.MetricGetStream, "other"}
+	for i := range wire.Methods() {
+		labels = append(labels, wire.Methods()[i].Metric)
 	}
 	for _, l := range labels {
 		for _, o := range zeroOutcomes {
@@ -202,46 +207,46 @@ func (m *Metrics) collectors() []prometheus.Collector {
 		m.tasks, m.taskDur, m.callDur, m.rateLimited, m.buildInfo, m.storeDur, m.storeErrs, m.running}
 }
 
-// toolLabel bounds the tool label: the policy rule's pattern, else "other".
-func (h *Handler) toolLabel(tool string) string {
+// toolLabel bounds the tool label: the rule of pol that covers tool (its
+// pattern), else "other".
+func toolLabel(pol *policy.Policy, tool string) string {
 	if tool == "" {
 		return "none"
 	}
-	if p := h.policy().RuleFor(tool); p != "" {
+	if p := pol.RuleFor(tool); p != "" {
 		return p
 	}
 	return "other"
 }
 
-// taskEvent counts a task lifecycle event of tool ("" when unknown).
-func (h *Handler) taskEvent(event, tool string) {
-	h.m.tasks.WithLabelValues(event, h.toolLabel(tool)).Inc()
-}
-
-// engineHooks reports the task engine's events as this Handler's metrics
-// and, with tracing on, runs its calls under their spans.
-func (h *Handler) engineHooks() engine.Hooks {
+// engineHooks reports the task engine's events as metrics m, labelling
+// tools by the current policy (pol), and, with tracing on (tr), runs its
+// calls under their spans; root bounds the spans of lease recovery.
+func engineHooks(m *Metrics, pol func() *policy.Policy, tr *tracing.Tracer, root func() context.Context) engine.Hooks {
 	hooks := engine.Hooks{
-		TaskEvent: h.taskEvent,
+		// TaskEvent counts a task lifecycle event of tool ("" when unknown).
+		TaskEvent: func(event, tool string) {
+			m.tasks.WithLabelValues(event, toolLabel(pol(), tool)).Inc()
+		},
 		TaskDuration: func(tool, status string, age time.Duration) {
-			h.m.taskDur.WithLabelValues(h.toolLabel(tool), status).Observe(age.Seconds())
+			m.taskDur.WithLabelValues(toolLabel(pol(), tool), status).Observe(age.Seconds())
 		},
 		CallDuration: func(tool string, d time.Duration) {
-			h.m.callDur.WithLabelValues(h.toolLabel(tool)).Observe(d.Seconds())
+			m.callDur.WithLabelValues(toolLabel(pol(), tool)).Observe(d.Seconds())
 		},
-		Running:     func(delta int64) { h.m.runningNow.Add(delta) },
-		RateLimited: h.m.rateLimited.Inc,
+		Running:     func(delta int64) { m.runningNow.Add(delta) },
+		RateLimited: m.rateLimited.Inc,
 		StoreOp: func(op string, d time.Duration, failed bool) {
-			h.m.storeDur.WithLabelValues(op).Observe(d.Seconds())
+			m.storeDur.WithLabelValues(op).Observe(d.Seconds())
 			if failed {
-				h.m.storeErrs.WithLabelValues(op).Inc()
+				m.storeErrs.WithLabelValues(op).Inc()
 			}
 		},
 	}
-	if h.tr != nil {
-		hooks.CallContext = callContext
-		hooks.Lost = h.leaseLost
-		hooks.LogContext = logContext
+	if tr != nil {
+		hooks.CallContext = wire.CallContext
+		hooks.Lost = func(t *taskstore.Task) { leaseLost(tr, root(), t) }
+		hooks.LogContext = wire.LogContext
 	}
 	return hooks
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
+
+	"github.com/taskgate/taskgate/proxy/wire"
 )
 
 // A tasks/result whose stream ends with a JSON-RPC error is counted with
@@ -28,10 +30,10 @@ func TestStreamedResultCountedAtItsEnd(t *testing.T) {
 	} {
 		task := e.createTask(alice, tc.tool, `{"text":"x"}`, `{}`)
 		body := fmt.Sprintf(`{"jsonrpc":"2.0","id":9,"method":"tasks/result","params":{"taskId":%q}}`, task.TaskID)
-		before := testutil.ToFloat64(e.h.m.requests.WithLabelValues(methodTasksResult, tc.want))
+		before := testutil.ToFloat64(e.h.m.requests.WithLabelValues(wire.MethodTasksResult, tc.want))
 		e.send(alice, body, "text/event-stream") // streamed while the task runs, else JSON
 		pollUntil(t, 5*time.Second, func() bool {
-			return testutil.ToFloat64(e.h.m.requests.WithLabelValues(methodTasksResult, tc.want)) == before+1
+			return testutil.ToFloat64(e.h.m.requests.WithLabelValues(wire.MethodTasksResult, tc.want)) == before+1
 		}, "the %s tasks/result counted as %s", tc.tool, tc.want)
 	}
 	// echo has a rule of its own; rpcerr matches none.

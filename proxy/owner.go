@@ -7,29 +7,53 @@ import (
 	"encoding/hex"
 	"hash"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
-	"github.com/taskgate/taskgate/capability"
+	"github.com/taskgate/taskgate/proxy/wire"
+	"github.com/taskgate/taskgate/taskstore"
 )
-
-// ownerAnonymous owns the tasks of requests that carry neither an
-// Authorization header nor a session id. Such tasks are protected only by
-// their unguessable ids, and tasks/list is not offered to them (T-76).
-const ownerAnonymous = "anon"
 
 // owner derives the task owner of a request (T-74): a keyed hash of the
 // Authorization header when there is one, else of the session id. The raw
 // token is never stored or logged. identified is false for anonymous callers.
-func (h *Handler) owner(hdr *fasthttp.RequestHeader) (owner string, identified bool) {
+func (i *ident) owner(hdr *fasthttp.RequestHeader) (owner string, identified bool) {
 	if a := hdr.Peek(fasthttp.HeaderAuthorization); len(a) > 0 {
-		return "a" + h.keyedHash("authorization", a), true
+		return "a" + i.keyedHash("authorization", a), true
 	}
-	if s := hdr.Peek(headerSessionID); len(s) > 0 {
-		return "s" + h.keyedHash("session", s), true
+	if s := hdr.Peek(wire.HeaderSessionID); len(s) > 0 {
+		return "s" + i.keyedHash("session", s), true
 	}
-	return ownerAnonymous, false
+	return wire.OwnerAnonymous, false
+}
+
+// ident derives the owners of requests and guards sessions: the keyed
+// hashes of credentials and session ids under the owner key, and each
+// session's binding to the credential that opened it (sessions.go). It is
+// safe for concurrent use.
+type ident struct {
+	okey     atomic.Pointer[ownerKey] // setKey swaps it; keyedHash reads it
+	bindings bindingCache             // session id -> owner binding
+	store    taskstore.Store
+	log      *zerolog.Logger
+	// root bounds the store operations (the engine's root context).
+	root         context.Context
+	storeTimeout time.Duration
+	// storeDownUntil (unix ns) skips session lookups for a moment after
+	// one failed, so pass-through does not wait on a dead store (the
+	// version bridge shares it).
+	storeDownUntil atomic.Int64
+}
+
+// sessionKey is the store's name for a client's MCP session.
+func (i *ident) sessionKey(sid []byte) string {
+	if len(sid) == 0 {
+		return ""
+	}
+	return i.keyedHash("mcp-session", sid)
 }
 
 // ownerKey is the key of keyedHash with its pool of keyed HMAC states
@@ -45,35 +69,31 @@ type ownerKey struct {
 // now on. A caller that learns the key replicas share only after New (from
 // the store) sets it before it lets task operations reach the store. An
 // empty key is ignored. It is safe for concurrent use.
-func (h *Handler) SetOwnerKey(key []byte) {
+func (h *Handler) SetOwnerKey(key []byte) { h.id.setKey(key) }
+
+// setKey is SetOwnerKey.
+func (i *ident) setKey(key []byte) {
 	if len(key) == 0 {
 		return
 	}
-	if h.okey.Swap(&ownerKey{key: append([]byte(nil), key...)}) != nil {
+	if i.okey.Swap(&ownerKey{key: append([]byte(nil), key...)}) != nil {
 		// Cached session bindings hold credential hashes under the old
 		// key; they are read again from the store.
-		h.bindings.clear()
+		i.bindings.clear()
 	}
-}
-
-// clear forgets every cached binding.
-func (c *bindingCache) clear() {
-	c.mu.Lock()
-	c.cur, c.old = nil, nil
-	c.mu.Unlock()
 }
 
 // keyedHash is HMAC-SHA256(owner key, domain NUL v), the first 16 bytes in
 // hex.
-func (h *Handler) keyedHash(domain string, v []byte) string {
-	out := h.keyedHashHex(domain, v)
+func (i *ident) keyedHash(domain string, v []byte) string {
+	out := i.keyedHashHex(domain, v)
 	return string(out[:])
 }
 
 // keyedHashHex is keyedHash without the string. It does not allocate: the
 // pooled state carries the buffers that would escape through hash.Hash.
-func (h *Handler) keyedHashHex(domain string, v []byte) [32]byte {
-	k := h.okey.Load()
+func (i *ident) keyedHashHex(domain string, v []byte) [32]byte {
+	k := i.okey.Load()
 	st, _ := k.macs.Get().(*macState)
 	if st == nil {
 		st = &macState{mac: hmac.New(sha256.New, k.key)}
@@ -97,97 +117,6 @@ type macState struct {
 }
 
 // hashShort is what logs show instead of a session id.
-func (h *Handler) hashShort(v []byte) string {
-	return h.keyedHash("log", v)[:12]
-}
-
-// bridgeRequest rewrites MCP-Protocol-Version on a request of a session
-// whose upstream negotiated an older version than the client: the client
-// speaks 2025-11-25 to taskgate, the upstream hears its own
-// version. Only requests that carry 2025-11-25 are looked at, and the
-// session's version comes from memory, so plain pass-through of other
-// sessions never touches the store.
-func (h *Handler) bridgeRequest(rc *fasthttp.RequestCtx, hdr *fasthttp.RequestHeader) {
-	if !h.policy().BridgeProtocolVersion || h.native.Load() {
-		// An upstream with tasks of its own is never bridged (P-01).
-		return
-	}
-	if string(hdr.Peek(headerProtocolVersion)) != capability.ProtocolVersion {
-		return
-	}
-	up := h.upstreamVersion(hdr.Peek(headerSessionID))
-	if up != "" && up != capability.ProtocolVersion {
-		hdr.Set(headerProtocolVersion, up)
-	}
-}
-
-// upstreamVersion returns the protocol version the upstream negotiated for
-// the session ("" when it is not bridged or unknown). A miss in memory asks
-// the store once; the answer (also "none") is cached, since a session's
-// version never changes once known.
-func (h *Handler) upstreamVersion(sid []byte) string {
-	if v, ok := h.versions.get(sid); ok {
-		return v
-	}
-	if time.Now().UnixNano() < h.storeDownUntil.Load() {
-		return "" // the store just failed: do not make every request wait on it
-	}
-	// A short bound: this lookup sits on the pass-through path.
-	ctx, cancel := context.WithTimeout(h.root, min(h.cfg.StoreTimeout, versionLookupTimeout))
-	defer cancel()
-	v, err := h.store.SessionVersion(ctx, string(sid))
-	if err != nil {
-		h.storeDownUntil.Store(time.Now().Add(storeRetryAfter).UnixNano())
-		h.log.Warn().Err(err).Msg("reading the session's upstream protocol version failed; not bridging for now")
-		return ""
-	}
-	h.versions.put(string(sid), v)
-	return v
-}
-
-// storeRetryAfter is how long version lookups are skipped after a failure;
-// versionLookupTimeout bounds one lookup.
-const (
-	storeRetryAfter      = 2 * time.Second
-	versionLookupTimeout = 500 * time.Millisecond
-)
-
-// rememberVersion records a bridged session's upstream version in memory
-// and in the store (for the other replicas).
-func (h *Handler) rememberVersion(ctx context.Context, sid, version string) error {
-	h.versions.put(sid, version)
-	return h.store.SetSessionVersion(ctx, sid, version, sessionVersionTTL)
-}
-
-// versionCache is a bounded map of session id -> upstream version with two
-// generations: when the current one is full it becomes the old one, so hot
-// sessions survive and memory stays bounded. Safe for concurrent use.
-type versionCache struct {
-	mu       sync.RWMutex
-	cur, old map[string]string
-	max      int
-}
-
-func (c *versionCache) init(max int) {
-	c.max = max
-	c.cur = make(map[string]string)
-}
-
-func (c *versionCache) get(k []byte) (string, bool) {
-	c.mu.RLock()
-	v, ok := c.cur[string(k)]
-	if !ok {
-		v, ok = c.old[string(k)]
-	}
-	c.mu.RUnlock()
-	return v, ok
-}
-
-func (c *versionCache) put(k, v string) {
-	c.mu.Lock()
-	if len(c.cur) >= c.max {
-		c.old, c.cur = c.cur, make(map[string]string, c.max)
-	}
-	c.cur[k] = v
-	c.mu.Unlock()
+func (i *ident) hashShort(v []byte) string {
+	return i.keyedHash("log", v)[:12]
 }

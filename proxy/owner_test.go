@@ -35,7 +35,7 @@ func TestKeyedHashIsHMAC(t *testing.T) {
 			for i := range 200 {
 				domain := []string{"authorization", "session", "log"}[i%3]
 				v := fmt.Sprintf("Bearer token-%d-%d", g, i)
-				if got := h.keyedHash(domain, []byte(v)); got != want(domain, v) {
+				if got := h.id.keyedHash(domain, []byte(v)); got != want(domain, v) {
 					errs <- fmt.Sprintf("keyedHash(%q, %q) = %s, want %s", domain, v, got, want(domain, v))
 					return
 				}
@@ -47,7 +47,7 @@ func TestKeyedHashIsHMAC(t *testing.T) {
 	for e := range errs {
 		t.Error(e)
 	}
-	if a, b := h.keyedHash("authorization", []byte("x")), h.keyedHash("session", []byte("x")); a == b {
+	if a, b := h.id.keyedHash("authorization", []byte("x")), h.id.keyedHash("session", []byte("x")); a == b {
 		t.Error("the domains do not separate the hashes")
 	}
 }

@@ -1,13 +1,13 @@
 package proxy
 
 import (
-	"bytes"
 	"io"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/taskgate/taskgate/proxy/upstream"
+	"github.com/taskgate/taskgate/proxy/wire"
 )
 
 // prepareUpstream makes rc.Request ready to forward: hop-by-hop headers
@@ -15,12 +15,12 @@ import (
 // bridged.
 func (h *Handler) prepareUpstream(rc *fasthttp.RequestCtx, req *fasthttp.Request) {
 	h.up.Prepare(req)
-	h.bridgeRequest(rc, &req.Header)
+	h.bridge.bridgeRequest(rc, &req.Header)
 }
 
 // pass forwards the request unchanged and streams the answer back. id is
 // the JSON-RPC id for error answers (nil if unknown or none).
-func (h *Handler) pass(rc *fasthttp.RequestCtx, info *reqInfo, id []byte) {
+func (h *Handler) pass(rc *fasthttp.RequestCtx, info *wire.Info, id []byte) {
 	h.prepareUpstream(rc, &rc.Request)
 	start := time.Now()
 	stream, err := h.up.Relay(rc)
@@ -29,7 +29,7 @@ func (h *Handler) pass(rc *fasthttp.RequestCtx, info *reqInfo, id []byte) {
 		// is logged and counted when it ends.
 		stream.SetEnd(h.beginStream(info))
 	}
-	h.m.observeUpstream(info.method, time.Since(start))
+	h.m.observeUpstream(info.Method, time.Since(start))
 	if err != nil {
 		h.upstreamFailed(rc, info, id, err)
 		return
@@ -49,13 +49,9 @@ func (h *Handler) relayResponse(rc *fasthttp.RequestCtx) {
 	resp := &rc.Response
 	upstream.StripResponseHopByHop(&resp.Header)
 	resp.Header.ResetConnectionClose()
-	if rc.IsGet() && isEventStream(resp.Header.ContentType()) {
+	if rc.IsGet() && wire.IsEventStream(resp.Header.ContentType()) {
 		resp.ImmediateHeaderFlush = true
 	}
-}
-
-func isEventStream(ct []byte) bool {
-	return bytes.HasPrefix(bytes.TrimSpace(ct), []byte("text/event-stream"))
 }
 
 // handOver moves an upstream answer held in a separate Response into
@@ -86,9 +82,9 @@ func (o *ownedStream) Close() error {
 
 // upstreamFailed answers 502 (or 504 on a timeout) with a JSON-RPC error
 // that echoes the request id, and logs what failed.
-func (h *Handler) upstreamFailed(rc *fasthttp.RequestCtx, info *reqInfo, id []byte, err error) {
+func (h *Handler) upstreamFailed(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, err error) {
 	status, msg := upstream.StatusFor(err)
-	info.outcome = "upstream_unreachable"
-	h.logOf(info).Warn().Uint64(logReqID, rc.ID()).Str(logRPCMethod, info.method).Err(err).Msg("upstream request failed")
-	h.httpRPCError(rc, status, id, codeInternalError, msg)
+	info.Outcome = "upstream_unreachable"
+	h.f.LogOf(info).Warn().Uint64(wire.LogReqID, rc.ID()).Str(wire.LogRPCMethod, info.Method).Err(err).Msg("upstream request failed")
+	wire.HTTPError(rc, status, id, wire.CodeInternalError, msg)
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/taskgate/taskgate/proxy/sse"
+	"github.com/taskgate/taskgate/proxy/wire"
 )
 
 // rpcErrorBody is a JSON-RPC error response as the proxy writes it.
@@ -539,8 +540,8 @@ func TestUpstreamFailures(t *testing.T) {
 				t.Errorf("Content-Type = %q", ct)
 			}
 			e := decodeRPCError(t, resp.Body())
-			if string(e.ID) != tc.wantID || e.Error.Code != codeInternalError {
-				t.Errorf("error = id %s code %d, want id %s code %d", e.ID, e.Error.Code, tc.wantID, codeInternalError)
+			if string(e.ID) != tc.wantID || e.Error.Code != wire.CodeInternalError {
+				t.Errorf("error = id %s code %d, want id %s code %d", e.ID, e.Error.Code, tc.wantID, wire.CodeInternalError)
 			}
 		})
 	}
@@ -607,22 +608,22 @@ func TestRequestRefusals(t *testing.T) {
 		wantStatus int
 		wantCode   int
 	}{
-		{name: "body over MaxBodySize", body: `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":"` + strings.Repeat("x", 8192) + `"}}`, wantStatus: 413, wantCode: codeInvalidRequest},
-		{name: "malformed JSON", body: `{"jsonrpc":"2.0","id":1,`, wantStatus: 400, wantCode: codeParseError},
-		{name: "not JSON", body: `hello`, wantStatus: 400, wantCode: codeParseError},
-		{name: "empty body", body: ``, wantStatus: 400, wantCode: codeParseError},
-		{name: "trailing data", body: `{"jsonrpc":"2.0","method":"x"} {}`, wantStatus: 400, wantCode: codeParseError},
-		{name: "too deep", body: `{"jsonrpc":"2.0","method":"x","params":` + strings.Repeat("[", 600) + strings.Repeat("]", 600) + `}`, wantStatus: 400, wantCode: codeParseError},
-		{name: "duplicate method", body: `{"jsonrpc":"2.0","id":1,"method":"ping","method":"tools/call"}`, wantStatus: 400, wantCode: codeInvalidRequest},
-		{name: "odd-cased Method", body: `{"jsonrpc":"2.0","id":1,"Method":"tools/call"}`, wantStatus: 400, wantCode: codeInvalidRequest},
-		{name: "wrong jsonrpc", body: `{"jsonrpc":"1.0","id":1,"method":"ping"}`, wantStatus: 400, wantCode: codeInvalidRequest},
-		{name: "null id request", body: `{"jsonrpc":"2.0","id":null,"method":"ping"}`, wantStatus: 400, wantCode: codeInvalidRequest},
-		{name: "not an object", body: `[1]`, wantStatus: 400, wantCode: codeInvalidRequest},
-		{name: "empty batch", body: `[]`, wantStatus: 400, wantCode: codeInvalidRequest},
-		{name: "batch with tools/call", body: `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x"}}]`, headers: []string{"Mcp-Protocol-Version", "2025-11-25"}, wantStatus: 400, wantCode: codeInvalidRequest},
-		{name: "batch with initialize", body: `[{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}]`, wantStatus: 400, wantCode: codeInvalidRequest},
-		{name: "batch with tasks/get", body: `[{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"x"}}]`, headers: []string{"Mcp-Protocol-Version", "2025-11-25"}, wantStatus: 400, wantCode: codeInvalidRequest},
-		{name: "foreign Origin (H-02)", body: `{"jsonrpc":"2.0","id":1,"method":"ping"}`, headers: []string{"Origin", "https://evil.example"}, wantStatus: 403, wantCode: codeInvalidRequest},
+		{name: "body over MaxBodySize", body: `{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":"` + strings.Repeat("x", 8192) + `"}}`, wantStatus: 413, wantCode: wire.CodeInvalidRequest},
+		{name: "malformed JSON", body: `{"jsonrpc":"2.0","id":1,`, wantStatus: 400, wantCode: wire.CodeParseError},
+		{name: "not JSON", body: `hello`, wantStatus: 400, wantCode: wire.CodeParseError},
+		{name: "empty body", body: ``, wantStatus: 400, wantCode: wire.CodeParseError},
+		{name: "trailing data", body: `{"jsonrpc":"2.0","method":"x"} {}`, wantStatus: 400, wantCode: wire.CodeParseError},
+		{name: "too deep", body: `{"jsonrpc":"2.0","method":"x","params":` + strings.Repeat("[", 600) + strings.Repeat("]", 600) + `}`, wantStatus: 400, wantCode: wire.CodeParseError},
+		{name: "duplicate method", body: `{"jsonrpc":"2.0","id":1,"method":"ping","method":"tools/call"}`, wantStatus: 400, wantCode: wire.CodeInvalidRequest},
+		{name: "odd-cased Method", body: `{"jsonrpc":"2.0","id":1,"Method":"tools/call"}`, wantStatus: 400, wantCode: wire.CodeInvalidRequest},
+		{name: "wrong jsonrpc", body: `{"jsonrpc":"1.0","id":1,"method":"ping"}`, wantStatus: 400, wantCode: wire.CodeInvalidRequest},
+		{name: "null id request", body: `{"jsonrpc":"2.0","id":null,"method":"ping"}`, wantStatus: 400, wantCode: wire.CodeInvalidRequest},
+		{name: "not an object", body: `[1]`, wantStatus: 400, wantCode: wire.CodeInvalidRequest},
+		{name: "empty batch", body: `[]`, wantStatus: 400, wantCode: wire.CodeInvalidRequest},
+		{name: "batch with tools/call", body: `[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"x"}}]`, headers: []string{"Mcp-Protocol-Version", "2025-11-25"}, wantStatus: 400, wantCode: wire.CodeInvalidRequest},
+		{name: "batch with initialize", body: `[{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}]`, wantStatus: 400, wantCode: wire.CodeInvalidRequest},
+		{name: "batch with tasks/get", body: `[{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"x"}}]`, headers: []string{"Mcp-Protocol-Version", "2025-11-25"}, wantStatus: 400, wantCode: wire.CodeInvalidRequest},
+		{name: "foreign Origin (H-02)", body: `{"jsonrpc":"2.0","id":1,"method":"ping"}`, headers: []string{"Origin", "https://evil.example"}, wantStatus: 403, wantCode: wire.CodeInvalidRequest},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -721,8 +722,8 @@ func TestErrorHandler(t *testing.T) {
 	if resp.StatusCode() != 400 {
 		t.Fatalf("status = %d, want 400", resp.StatusCode())
 	}
-	if e := decodeRPCError(t, resp.Body()); e.Error.Code != codeInvalidRequest {
-		t.Errorf("code = %d, want %d", e.Error.Code, codeInvalidRequest)
+	if e := decodeRPCError(t, resp.Body()); e.Error.Code != wire.CodeInvalidRequest {
+		t.Errorf("code = %d, want %d", e.Error.Code, wire.CodeInvalidRequest)
 	}
 }
 

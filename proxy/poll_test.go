@@ -7,13 +7,16 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/taskgate/taskgate/proxy/engine"
+	"github.com/taskgate/taskgate/proxy/wire"
 )
 
 // The 2026 wire reports a running task's pollIntervalMs as the 2025 wire
 // reports pollInterval (engine.PollInterval): short for a young task, so
 // a client that follows it learns of a short call's end within
 // milliseconds, not after the policy's bound (1500 ms here).
-func TestModernPollIntervalGrows(t *testing.T) {
+func TestPollIntervalGrows2026(t *testing.T) {
 	e := newTaskEnv(t, "", Config{PromoteWindow: time.Millisecond})
 	const caps = `{"extensions":{"io.modelcontextprotocol/tasks":{}}}`
 	do := func(req *fasthttp.Request) map[string]any {
@@ -24,7 +27,7 @@ func TestModernPollIntervalGrows(t *testing.T) {
 			t.Fatal(err)
 		}
 		body := string(resp.Body())
-		if isEventStream(resp.Header.ContentType()) {
+		if wire.IsEventStream(resp.Header.ContentType()) {
 			i := strings.LastIndex(body, "data: ")
 			if i < 0 {
 				t.Fatalf("SSE answer without data: %s", body)
@@ -50,16 +53,16 @@ func TestModernPollIntervalGrows(t *testing.T) {
 		}
 		return int64(p)
 	}
-	created := do(modernPost("tools/call", `{"name":"block","arguments":{}}`, caps, "block"))
+	created := do(post2026("tools/call", `{"name":"block","arguments":{}}`, caps, "block"))
 	id, _ := created["taskId"].(string)
 	if id == "" {
 		t.Fatalf("tools/call = %v, want a task", created)
 	}
-	if p := poll("CreateTaskResult", created); p < pollMin.Milliseconds() || p >= 1000 {
-		t.Errorf("CreateTaskResult pollIntervalMs = %d, want a young task's short one (from %d ms)", p, pollMin.Milliseconds())
+	if p := poll("CreateTaskResult", created); p < engine.PollMin.Milliseconds() || p >= 1000 {
+		t.Errorf("CreateTaskResult pollIntervalMs = %d, want a young task's short one (from %d ms)", p, engine.PollMin.Milliseconds())
 	}
-	if p := poll("tasks/get", do(modernPost("tasks/get", `{"taskId":"`+id+`"}`, caps, id))); p < pollMin.Milliseconds() || p >= 1000 {
-		t.Errorf("tasks/get pollIntervalMs = %d, want a young task's short one (from %d ms)", p, pollMin.Milliseconds())
+	if p := poll("tasks/get", do(post2026("tasks/get", `{"taskId":"`+id+`"}`, caps, id))); p < engine.PollMin.Milliseconds() || p >= 1000 {
+		t.Errorf("tasks/get pollIntervalMs = %d, want a young task's short one (from %d ms)", p, engine.PollMin.Milliseconds())
 	}
 	e.up.releaseAll()
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/taskgate/taskgate/policy"
 	"github.com/taskgate/taskgate/proxy/sse"
+	"github.com/taskgate/taskgate/proxy/wire"
 )
 
 const (
@@ -29,16 +30,16 @@ func initAnswer(result, session string) fasthttp.RequestHandler {
 		if session != "" {
 			rc.Response.Header.Set("Mcp-Session-Id", session)
 		}
-		env, err := parseEnvelope(rc.PostBody())
-		if err == nil && env.method == methodInitialize {
+		env, err := wire.ParseEnvelope(rc.PostBody())
+		if err == nil && env.Method == wire.MethodInitialize {
 			rc.SetBodyString(result)
 			return
 		}
-		if err == nil && env.id == nil {
+		if err == nil && env.ID == nil {
 			rc.SetStatusCode(fasthttp.StatusAccepted)
 			return
 		}
-		rc.SetBodyString(`{"jsonrpc":"2.0","id":` + string(env.id) + `,"result":{}}`)
+		rc.SetBodyString(`{"jsonrpc":"2.0","id":` + string(env.ID) + `,"result":{}}`)
 	}
 }
 
@@ -155,11 +156,11 @@ func TestUpstreamDeclaresTasks(t *testing.T) {
 	tp := newTestProxy(t, func(rc *fasthttp.RequestCtx) {
 		rc.SetContentType("application/json")
 		rc.Response.Header.Set("Mcp-Session-Id", "s")
-		env, _ := parseEnvelope(rc.PostBody())
-		switch env.method {
-		case methodInitialize:
+		env, _ := wire.ParseEnvelope(rc.PostBody())
+		switch env.Method {
+		case wire.MethodInitialize:
 			rc.SetBodyString(native)
-		case methodToolsList:
+		case wire.MethodToolsList:
 			rc.SetBodyString(toolsList)
 		default:
 			rc.SetBodyString(taskGet)

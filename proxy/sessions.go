@@ -1,20 +1,15 @@
 package proxy
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/base64"
-	"encoding/hex"
 	"errors"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
-	"github.com/taskgate/taskgate/capability/jsonx"
+	"github.com/taskgate/taskgate/proxy/wire"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
@@ -70,21 +65,11 @@ const credNone = "-"
 
 // credential returns the credential a request carries: "a" and the keyed
 // hash of its Authorization header (the owner of its tasks), or credNone.
-func (h *Handler) credential(hdr *fasthttp.RequestHeader) string {
+func (i *ident) credential(hdr *fasthttp.RequestHeader) string {
 	if a := hdr.Peek(fasthttp.HeaderAuthorization); len(a) > 0 {
-		return "a" + h.keyedHash("authorization", a)
+		return "a" + i.keyedHash("authorization", a)
 	}
 	return credNone
-}
-
-// streamGroup is the store's name of the streams that may carry owner's
-// task messages: every session of the owner. Anonymous callers (neither
-// Authorization nor a session) have none.
-func streamGroup(owner string) string {
-	if owner == ownerAnonymous {
-		return ""
-	}
-	return owner
 }
 
 // binding is a replica's cached view of a session record.
@@ -132,10 +117,10 @@ func (c *bindingCache) put(sid string, b binding) {
 // cred. It runs before the client sees the session id. When the store
 // cannot record it, only this replica knows the binding (logged to log,
 // the initialize request's logger).
-func (h *Handler) bindSession(log *zerolog.Logger, sid, cred string) {
+func (i *ident) bindSession(log *zerolog.Logger, sid, cred string) {
 	now := time.Now()
-	h.bindings.put(sid, binding{cred: cred, checked: now, refreshed: now, logID: h.hashShort([]byte(sid))})
-	if err := h.store.BindSession(h.root, h.sessionKey([]byte(sid)), cred, sessionBindTTL); err != nil {
+	i.bindings.put(sid, binding{cred: cred, checked: now, refreshed: now, logID: i.hashShort([]byte(sid))})
+	if err := i.store.BindSession(i.root, i.sessionKey([]byte(sid)), cred, sessionBindTTL); err != nil {
 		log.Warn().Err(err).Msg("recording the session's owner failed; only this replica enforces it")
 	}
 }
@@ -146,39 +131,39 @@ func (h *Handler) bindSession(log *zerolog.Logger, sid, cred string) {
 // (not opened through taskgate) pass. While the store is unreachable a
 // session this replica has not seen passes, except a DELETE, which gets
 // 503: ending a session is never done unchecked.
-func (h *Handler) sessionAllowed(rc *fasthttp.RequestCtx, info *reqInfo, sid []byte) bool {
+func (i *ident) sessionAllowed(rc *fasthttp.RequestCtx, info *wire.Info, sid []byte) bool {
 	now := time.Now()
-	b, ok := h.bindings.get(sid)
+	b, ok := i.bindings.get(sid)
 	if !ok || now.Sub(b.checked) > sessionRecheck {
-		fresh, err := h.loadBinding(sid, b, ok, now)
+		fresh, err := i.loadBinding(sid, b, ok, now)
 		switch {
 		case err == nil:
 			b = fresh
 		case ok:
 			// Keep the cached view.
 		case rc.IsDelete():
-			info.outcome = "store_unavailable"
-			h.httpRPCError(rc, fasthttp.StatusServiceUnavailable, nil, codeInternalError,
+			info.Outcome = "store_unavailable"
+			wire.HTTPError(rc, fasthttp.StatusServiceUnavailable, nil, wire.CodeInternalError,
 				"taskgate: task store unavailable; cannot check who owns the session")
 			return false
 		default:
 			return true
 		}
 	}
-	info.sessionLog = b.logID
+	info.SessionLog = b.logID
 	if b.cred == "" && !b.closing {
 		return true
 	}
-	if b.closing || !h.credMatches(&rc.Request.Header, b.cred) {
-		info.outcome = "session_not_found"
-		h.httpRPCError(rc, fasthttp.StatusNotFound, nil, codeInvalidRequest, msgSessionNotFound)
+	if b.closing || !i.credMatches(&rc.Request.Header, b.cred) {
+		info.Outcome = "session_not_found"
+		wire.HTTPError(rc, fasthttp.StatusNotFound, nil, wire.CodeInvalidRequest, msgSessionNotFound)
 		return false
 	}
 	return true
 }
 
 // credMatches reports whether the request carries credential cred.
-func (h *Handler) credMatches(hdr *fasthttp.RequestHeader, cred string) bool {
+func (i *ident) credMatches(hdr *fasthttp.RequestHeader, cred string) bool {
 	a := hdr.Peek(fasthttp.HeaderAuthorization)
 	if len(a) == 0 {
 		return cred == credNone
@@ -186,23 +171,23 @@ func (h *Handler) credMatches(hdr *fasthttp.RequestHeader, cred string) bool {
 	if len(cred) < 2 || cred[0] != 'a' {
 		return false
 	}
-	sum := h.keyedHashHex("authorization", a)
+	sum := i.keyedHashHex("authorization", a)
 	return string(sum[:]) == cred[1:]
 }
 
 // loadBinding reads the session's record and caches it; a binding of this
 // replica's that is due is extended on the way.
-func (h *Handler) loadBinding(sid []byte, prev binding, had bool, now time.Time) (binding, error) {
-	if now.UnixNano() < h.storeDownUntil.Load() {
+func (i *ident) loadBinding(sid []byte, prev binding, had bool, now time.Time) (binding, error) {
+	if now.UnixNano() < i.storeDownUntil.Load() {
 		return binding{}, taskstore.ErrUnavailable
 	}
-	ctx, cancel := context.WithTimeout(h.root, min(h.cfg.StoreTimeout, versionLookupTimeout))
+	ctx, cancel := context.WithTimeout(i.root, min(i.storeTimeout, versionLookupTimeout))
 	defer cancel()
-	key := h.sessionKey(sid)
-	rec, err := h.store.Session(ctx, key)
+	key := i.sessionKey(sid)
+	rec, err := i.store.Session(ctx, key)
 	b := binding{checked: now, refreshed: prev.refreshed, logID: prev.logID}
 	if b.logID == "" {
-		b.logID = h.hashShort(sid)
+		b.logID = i.hashShort(sid)
 	}
 	switch {
 	case errors.Is(err, taskstore.ErrNotFound):
@@ -212,18 +197,18 @@ func (h *Handler) loadBinding(sid []byte, prev binding, had bool, now time.Time)
 			b.cred = prev.cred
 		}
 	case err != nil:
-		h.storeDownUntil.Store(now.Add(storeRetryAfter).UnixNano())
-		h.log.Warn().Err(err).Msg("reading the session's owner failed")
+		i.storeDownUntil.Store(now.Add(storeRetryAfter).UnixNano())
+		i.log.Warn().Err(err).Msg("reading the session's owner failed")
 		return binding{}, err
 	default:
 		b.cred, b.closing = rec.Credential, rec.Closing
 	}
 	if b.cred != "" && !b.closing && now.Sub(b.refreshed) > sessionRefresh {
-		if err := h.store.BindSession(ctx, key, b.cred, sessionBindTTL); err == nil {
+		if err := i.store.BindSession(ctx, key, b.cred, sessionBindTTL); err == nil {
 			b.refreshed = now
 		}
 	}
-	h.bindings.put(string(sid), b)
+	i.bindings.put(string(sid), b)
 	return b, nil
 }
 
@@ -232,38 +217,38 @@ func (h *Handler) loadBinding(sid []byte, prev binding, had bool, now time.Time)
 // no task call runs on the session. Else the session is marked closing and
 // taskgate answers 204 itself; the last call's runner ends the session
 // upstream (the engine, then closeUpstreamSession).
-func (h *Handler) deleteSession(rc *fasthttp.RequestCtx, info *reqInfo) bool {
-	sid := rc.Request.Header.Peek(headerSessionID)
-	if len(sid) == 0 || h.native.Load() {
+func (h *Handler) deleteSession(rc *fasthttp.RequestCtx, info *wire.Info) bool {
+	sid := rc.Request.Header.Peek(wire.HeaderSessionID)
+	if len(sid) == 0 || h.f.Native.Load() {
 		return false
 	}
 	if len(rc.Request.Header.Peek(fasthttp.HeaderAuthorization)) == 0 {
 		// Without Authorization the session owns its tasks: nobody can
 		// read them once it ended, so they are cancelled, not kept.
-		owner, _ := h.owner(&rc.Request.Header)
+		owner, _ := h.id.owner(&rc.Request.Header)
 		h.eng.CancelOwnerTasks(owner, msgSessionEnded)
 		return false
 	}
-	deferred, err := h.eng.EndSession(h.root, h.sessionKey(sid))
+	deferred, err := h.eng.EndSession(h.root, h.f.SessionKey(sid))
 	if err != nil {
 		h.log.Warn().Err(err).Msg("ending the session in the store failed; its running tasks would fail: refusing the DELETE")
-		info.outcome = "store_unavailable"
-		h.httpRPCError(rc, fasthttp.StatusServiceUnavailable, nil, codeInternalError, msgStoreUnavailable)
+		info.Outcome = "store_unavailable"
+		wire.HTTPError(rc, fasthttp.StatusServiceUnavailable, nil, wire.CodeInternalError, wire.MsgStoreUnavailable)
 		return true
 	}
-	if b, ok := h.bindings.get(sid); ok || deferred {
+	if b, ok := h.id.bindings.get(sid); ok || deferred {
 		b.closing = deferred
 		if !deferred {
 			b = binding{} // the record is gone: read it again next time
 		}
 		b.checked = time.Now()
-		h.bindings.put(string(sid), b)
+		h.id.bindings.put(string(sid), b)
 	}
 	if !deferred {
 		return false
 	}
-	info.outcome = "session_close_deferred"
-	h.log.Info().Str(logSession, h.hashShort(sid)).
+	info.Outcome = "session_close_deferred"
+	h.log.Info().Str(wire.LogSession, h.id.hashShort(sid)).
 		Msg("session ended by the client; it stays open upstream until its running tasks end")
 	rc.SetStatusCode(fasthttp.StatusNoContent)
 	return true
@@ -274,130 +259,9 @@ func (h *Handler) deleteSession(rc *fasthttp.RequestCtx, info *reqInfo) bool {
 const msgSessionEnded = "cancelled: the client ended the MCP session that owned this task " +
 	"(without an Authorization header a task belongs to its session)"
 
-// closeUpstreamSession ends j's upstream session with a DELETE: j was the
-// last call running on a session its client had ended (the engine's
-// endSessionTask found that).
-func (h *Handler) closeUpstreamSession(j *job) {
-	var hdr fasthttp.RequestHeader
-	status, err := 0, j.header(&hdr)
-	if err == nil {
-		status, err = h.up.Delete(&hdr, 10*time.Second)
-	}
-	if err != nil || status >= 300 && status != fasthttp.StatusNotFound {
-		j.Log.Warn().Err(err).Int(logStatus, status).Msg("ending the session upstream after its last task failed")
-		return
-	}
-	j.Log.Info().Msg("session ended upstream after its last running task")
-}
-
-// Question ids. A question (a request the upstream sends during a task's
-// call) reaches the client under an id taskgate issues: the prefix,
-// 128 random bits, then the upstream's own id (raw JSON, base64url), so
-// that whoever receives the answer can restore the upstream's id.
-const questionIDPrefix = upstreamIDPrefix + "q-"
-
-// questionID returns the JSON string id under which the client sees the
-// upstream request id upID.
-func questionID(upID []byte) ([]byte, error) {
-	var nonce [16]byte
-	if _, err := rand.Read(nonce[:]); err != nil {
-		return nil, err
-	}
-	out := make([]byte, 0, 2+len(questionIDPrefix)+33+base64.RawURLEncoding.EncodedLen(len(upID)))
-	out = append(out, '"')
-	out = append(out, questionIDPrefix...)
-	out = hex.AppendEncode(out, nonce[:])
-	out = append(out, '.')
-	out = base64.RawURLEncoding.AppendEncode(out, upID)
-	return append(out, '"'), nil
-}
-
-// upstreamIDOf returns the upstream id inside a question id (raw JSON);
-// ok is false when id is not one.
-func upstreamIDOf(id []byte) ([]byte, bool) {
-	s, ok := jsonx.UnquoteValue(id)
-	if !ok {
-		return nil, false
-	}
-	rest, found := strings.CutPrefix(s, questionIDPrefix)
-	if !found {
-		return nil, false
-	}
-	_, enc, found := strings.Cut(rest, ".")
-	if !found {
-		return nil, false
-	}
-	up, err := base64.RawURLEncoding.DecodeString(enc)
-	if err != nil || len(up) == 0 {
-		return nil, false
-	}
-	// One whole JSON value that is a valid id, or the answer would not be
-	// JSON any more.
-	sc := jsonx.Scanner{B: up}
-	if raw, err := sc.Value(); err != nil || len(raw) != len(up) || !validID(up) {
-		return nil, false
-	}
-	return up, true
-}
-
-// toUpstreamAnswer gives a client's answer to a question the upstream's id
-// back. A message without a question id is returned as is.
-func toUpstreamAnswer(msg []byte) []byte {
-	vals, err := jsonx.Members(msg, "id")
-	if err != nil || vals[0] == nil {
-		return msg
-	}
-	up, ok := upstreamIDOf(vals[0])
-	if !ok {
-		return msg
-	}
-	if out, err := jsonx.SetMember(msg, "id", up); err == nil {
-		return out
-	}
-	return msg
-}
-
-// asQuestion returns the upstream request msg as the client sees it: with
-// related-task _meta and a question id. It returns the question id too.
-func asQuestion(msg []byte, upID []byte, taskID string) (out, qid []byte, err error) {
-	if out, err = withRelatedTaskParams(msg, taskID); err != nil {
-		return nil, nil, err
-	}
-	if qid, err = questionID(upID); err != nil {
-		return nil, nil, err
-	}
-	if out, err = jsonx.SetMember(out, "id", qid); err != nil {
-		return nil, nil, err
-	}
-	return out, qid, nil
-}
-
-// openQuestion is a question a stream delivered, remembered until the
-// stream ends (redeliverOpen).
-type openQuestion struct {
-	taskID string
-	qid    string // canonical question id
-	msg    []byte
-}
-
-// noteQuestion appends msg to qs when it is a question (a request with a
-// question id) of taskID.
-func noteQuestion(qs []openQuestion, taskID string, msg []byte) []openQuestion {
-	env, err := parseEnvelope(msg)
-	if err != nil || !env.isRequest() || !bytes.HasPrefix(env.id, []byte(`"`+questionIDPrefix)) {
-		return qs
-	}
-	return append(qs, openQuestion{taskID: taskID, qid: canonicalID(env.id), msg: msg})
-}
-
-// redeliverOpen puts the questions a stream delivered and nobody answered
-// back in their tasks' queues, for the owner's next stream (the stream is
-// gone). A question whose task ended is dropped by the store.
-func (h *Handler) redeliverOpen(owner string, qs []openQuestion) {
-	group := streamGroup(owner)
-	for _, q := range qs {
-		if h.eng.Mail.Redeliver(owner, group, q.taskID, q.qid, q.msg) {
-			h.log.Debug().Str(logTaskID, q.taskID).Msg("stream ended before its question was answered; queued again")
-		}
-	}
+// clear forgets every cached binding.
+func (c *bindingCache) clear() {
+	c.mu.Lock()
+	c.cur, c.old = nil, nil
+	c.mu.Unlock()
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 
+	"github.com/taskgate/taskgate/proxy/wire"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
@@ -30,7 +31,7 @@ func TestGetStreamQuestionAttributed(t *testing.T) {
 	g := e.openStream(alice, "")
 	up.getEvents <- ask
 	q := g.nextMethod("elicitation/create")
-	if relatedTaskOf(t, q) != task.TaskID || !bytes.HasPrefix(q.ID, []byte(`"`+questionIDPrefix)) {
+	if relatedTaskOf(t, q) != task.TaskID || !bytes.HasPrefix(q.ID, []byte(`"`+wire.QuestionIDPrefix)) {
 		t.Fatalf("question from the upstream's GET stream = %s, want it tied to the task under a question id", q.raw)
 	}
 	if got := e.waitStatus(alice, task.TaskID, "input_required"); !strings.Contains(got.StatusMessage, "elicitation/create") {
@@ -58,7 +59,7 @@ func TestGetStreamQuestionAttributed(t *testing.T) {
 // client; the call's end ends it upstream.
 func TestSessionBindingAndDeferredClose(t *testing.T) {
 	e := newTaskEnv(t, "", Config{})
-	e.h.bindSession(&e.h.log, "sess-a", e.h.credential(requestHeader(alice)))
+	e.h.id.bindSession(&e.h.log, "sess-a", e.h.id.credential(requestHeader(alice)))
 	bob := identity{"Authorization": "Bearer bob-token", "Mcp-Session-Id": "sess-a"}
 	noAuth := identity{"Mcp-Session-Id": "sess-a"}
 	before := len(requestsOf(e.up))
@@ -139,7 +140,7 @@ func (e *taskEnv) httpDo(who identity, method string) int {
 func checkBound(t *testing.T, who identity) (*Handler, *fasthttp.RequestCtx) {
 	t.Helper()
 	e := newTaskEnv(t, "", Config{})
-	e.h.bindSession(&e.h.log, "sess-a", e.h.credential(requestHeader(alice)))
+	e.h.id.bindSession(&e.h.log, "sess-a", e.h.id.credential(requestHeader(alice)))
 	var rc fasthttp.RequestCtx
 	for k, v := range who {
 		rc.Request.Header.Set(k, v)
@@ -155,11 +156,11 @@ func TestSessionCheckAllocs(t *testing.T) {
 	}
 	h, rc := checkBound(t, alice)
 	sid := []byte("sess-a")
-	var info reqInfo
-	if !h.sessionAllowed(rc, &info, sid) {
+	var info wire.Info
+	if !h.id.sessionAllowed(rc, &info, sid) {
 		t.Fatalf("the owner's request refused")
 	}
-	if n := testing.AllocsPerRun(200, func() { h.sessionAllowed(rc, &info, sid) }); n != 0 {
+	if n := testing.AllocsPerRun(200, func() { h.id.sessionAllowed(rc, &info, sid) }); n != 0 {
 		t.Errorf("sessionAllowed allocates %v times per request, want 0", n)
 	}
 }
@@ -181,37 +182,6 @@ func TestDeleteOfAnonymousSessionCancelsItsTasks(t *testing.T) {
 	}
 }
 
-// Question ids carry the upstream's id and give it back; anything else is
-// left alone.
-func TestQuestionIDRoundTrip(t *testing.T) {
-	for _, up := range []string{`"srv-e1"`, `7`, `"with \"quotes\" and ünïcode"`, `-3`} {
-		qid, err := questionID([]byte(up))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.HasPrefix(qid, []byte(`"`+questionIDPrefix)) {
-			t.Errorf("questionID(%s) = %s, want the prefix", up, qid)
-		}
-		msg := []byte(`{"jsonrpc":"2.0","id":` + string(qid) + `,"result":{}}`)
-		if got, want := string(toUpstreamAnswer(msg)), `{"jsonrpc":"2.0","id":`+up+`,"result":{}}`; got != want {
-			t.Errorf("toUpstreamAnswer(%s) = %s, want %s", msg, got, want)
-		}
-	}
-	bad := base64URL(`"unterminated`)
-	for _, msg := range []string{
-		`{"jsonrpc":"2.0","id":"client-1","result":{}}`,
-		`{"jsonrpc":"2.0","id":1,"result":{}}`,
-		`{"jsonrpc":"2.0","id":"` + questionIDPrefix + `00.` + bad + `","result":{}}`,
-		`{"jsonrpc":"2.0","id":"` + questionIDPrefix + `nodot","result":{}}`,
-	} {
-		if got := string(toUpstreamAnswer([]byte(msg))); got != msg {
-			t.Errorf("toUpstreamAnswer(%s) = %s, want it unchanged", msg, got)
-		}
-	}
-}
-
-func base64URL(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }
-
 // BenchmarkSessionCheck: the owner check of a request on a session this
 // replica knows (one keyed hash of the Authorization header, a map read).
 func BenchmarkSessionCheck(b *testing.B) {
@@ -225,16 +195,16 @@ func BenchmarkSessionCheck(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = h.Close(context.Background()) })
-	h.bindSession(&h.log, "sess-a", h.credential(requestHeader(alice)))
+	h.id.bindSession(&h.log, "sess-a", h.id.credential(requestHeader(alice)))
 	var rc fasthttp.RequestCtx
 	for k, v := range alice {
 		rc.Request.Header.Set(k, v)
 	}
 	sid := []byte("sess-a")
-	var info reqInfo
+	var info wire.Info
 	b.ReportAllocs()
 	for b.Loop() {
-		if !h.sessionAllowed(&rc, &info, sid) {
+		if !h.id.sessionAllowed(&rc, &info, sid) {
 			b.Fatal("refused")
 		}
 	}
@@ -245,7 +215,9 @@ func BenchmarkSessionCheck(b *testing.B) {
 // reaches the upstream, which did not issue that id.
 func TestStaleAnswerDropped(t *testing.T) {
 	e := newTaskEnv(t, "", Config{})
-	qid, _ := questionID([]byte(`"srv-x"`))
+	// A question id as taskgate issues them: prefix, 128 random bits,
+	// the upstream's id in base64url.
+	qid := []byte(`"` + wire.QuestionIDPrefix + strings.Repeat("0", 32) + "." + base64.RawURLEncoding.EncodeToString([]byte(`"srv-x"`)) + `"`)
 	before := len(requestsOf(e.up))
 	r := e.send(alice, `{"jsonrpc":"2.0","id":`+string(qid)+`,"result":{"action":"accept","content":{}}}`, "")
 	if r.httpStatus != fasthttp.StatusAccepted {
@@ -270,7 +242,7 @@ func TestRequestLogShowsHashedSession(t *testing.T) {
 			t.Fatalf("request %d: %d %s", i, resp.StatusCode(), resp.Body())
 		}
 	}
-	want := `"session":"` + tp.h.hashShort([]byte("sess-log-1")) + `"`
+	want := `"session":"` + tp.h.id.hashShort([]byte("sess-log-1")) + `"`
 	if n := strings.Count(logs.String(), want); n != 3 {
 		t.Errorf("%d request lines with %s; want 3:\n%s", n, want, logs.String())
 	}

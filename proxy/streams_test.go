@@ -15,6 +15,8 @@ import (
 
 	"github.com/taskgate/taskgate/policy"
 	"github.com/taskgate/taskgate/proxy/sse"
+	"github.com/taskgate/taskgate/proxy/wire"
+	v20251125 "github.com/taskgate/taskgate/proxy/wire/v20251125"
 )
 
 // replica starts a second Handler on e's store and upstream (another
@@ -74,7 +76,7 @@ func (e *taskEnv) openStream(who identity, body string) *stream {
 	if err := c.Do(req, resp); err != nil {
 		e.t.Fatal(err)
 	}
-	if !isEventStream(resp.Header.ContentType()) {
+	if !wire.IsEventStream(resp.Header.ContentType()) {
 		e.t.Fatalf("answer is %q (HTTP %d), not SSE: %s", resp.Header.ContentType(), resp.StatusCode(), resp.Body())
 	}
 	s := &stream{t: e.t, r: sse.NewReader(resp.BodyStream(), 0), resp: resp}
@@ -139,7 +141,7 @@ func relatedTaskOf(t *testing.T, m sseMsg) string {
 	var rel struct {
 		TaskID string `json:"taskId"`
 	}
-	_ = json.Unmarshal(p.Meta[metaRelatedTask], &rel)
+	_ = json.Unmarshal(p.Meta[v20251125.MetaRelatedTask], &rel)
 	return rel.TaskID
 }
 
@@ -158,14 +160,14 @@ func TestInputRequiredThroughResultStream(t *testing.T) {
 	}
 	s := e.openStream(alice, fmt.Sprintf(`{"jsonrpc":"2.0","id":"res-1","method":"tasks/result","params":{"taskId":%q}}`, task.TaskID))
 	progress := s.next(nil)
-	if progress.Method != methodProgress || !strings.Contains(string(progress.Params), `"progressToken":"p-7"`) || relatedTaskOf(t, progress) != task.TaskID {
+	if progress.Method != wire.MethodProgress || !strings.Contains(string(progress.Params), `"progressToken":"p-7"`) || relatedTaskOf(t, progress) != task.TaskID {
 		t.Fatalf("first message = %s, want the progress with token p-7 and related-task meta", progress.raw)
 	}
 	if m := s.next(nil); m.Method != "notifications/message" || relatedTaskOf(t, m) != task.TaskID {
 		t.Fatalf("second message = %s, want the log message (FIFO)", m.raw)
 	}
 	ask := s.next(nil)
-	if ask.Method != "elicitation/create" || !strings.HasPrefix(string(ask.ID), `"`+questionIDPrefix) || relatedTaskOf(t, ask) != task.TaskID {
+	if ask.Method != "elicitation/create" || !strings.HasPrefix(string(ask.ID), `"`+wire.QuestionIDPrefix) || relatedTaskOf(t, ask) != task.TaskID {
 		t.Fatalf("third message = %s, want the elicitation request with related-task meta (T-63) under a question id", ask.raw)
 	}
 	r := b.send(alice, `{"jsonrpc":"2.0","id":`+string(ask.ID)+`,"result":{"action":"accept","content":{"answer":"42"}}}`, "")
@@ -173,7 +175,7 @@ func TestInputRequiredThroughResultStream(t *testing.T) {
 		t.Fatalf("answer through replica B: HTTP %d %s, want 202", r.httpStatus, r.raw)
 	}
 	waitFor(t, 5*time.Second, "the upstream to get the answer under its own id", func() bool { return e.up.gotAnswer(`"srv-e1"`) })
-	if m := s.next(nil); m.Method != methodProgress || !strings.Contains(string(m.Params), `"progress":2`) {
+	if m := s.next(nil); m.Method != wire.MethodProgress || !strings.Contains(string(m.Params), `"progress":2`) {
 		t.Fatalf("after the answer: %s, want progress 2", m.raw)
 	}
 	final := s.next(nil)
@@ -193,7 +195,7 @@ func TestGetStreamCarriesTaskMessagesAndStatus(t *testing.T) {
 	g := e.openStream(alice, "")
 	keepAlives := 0
 	task := e.createTask(alice, "asker", `{}`, `{}`)
-	first := g.nextMethod(methodProgress)
+	first := g.nextMethod(wire.MethodProgress)
 	if relatedTaskOf(t, first) != task.TaskID {
 		t.Fatalf("first GET stream message = %s, want the task's progress", first.raw)
 	}
@@ -207,7 +209,7 @@ func TestGetStreamCarriesTaskMessagesAndStatus(t *testing.T) {
 	}
 	for {
 		m := g.next(&keepAlives)
-		if m.Method != methodTaskStatus {
+		if m.Method != wire.MethodTaskStatus {
 			continue
 		}
 		var st wireTask
@@ -256,5 +258,5 @@ func TestCancelDuringInputRequired(t *testing.T) {
 	if got, _ := e.get(alice, task.TaskID); got.Status != "cancelled" {
 		t.Errorf("status = %q, want cancelled", got.Status)
 	}
-	wantRPCError(t, e.call(alice, 2, "tasks/result", fmt.Sprintf(`{"taskId":%q}`, task.TaskID)), codeInternalError, "cancelled")
+	wantRPCError(t, e.call(alice, 2, "tasks/result", fmt.Sprintf(`{"taskId":%q}`, task.TaskID)), wire.CodeInternalError, "cancelled")
 }

@@ -34,24 +34,24 @@ func TestSetPolicy(t *testing.T) {
 // ignored.
 func TestSetOwnerKey(t *testing.T) {
 	tp := struct{ h *Handler }{newBareHandler(t, []byte("0123456789abcdef-first"))}
-	before := tp.h.keyedHash("authorization", []byte("Bearer x"))
-	if again := tp.h.keyedHash("authorization", []byte("Bearer x")); again != before {
+	before := tp.h.id.keyedHash("authorization", []byte("Bearer x"))
+	if again := tp.h.id.keyedHash("authorization", []byte("Bearer x")); again != before {
 		t.Fatalf("keyedHash not stable: %s, %s", before, again)
 	}
 	tp.h.SetOwnerKey([]byte("0123456789abcdef-second"))
-	after := tp.h.keyedHash("authorization", []byte("Bearer x"))
+	after := tp.h.id.keyedHash("authorization", []byte("Bearer x"))
 	if after == before {
 		t.Error("SetOwnerKey did not change the owner hash")
 	}
 	tp.h.SetOwnerKey(nil)
-	if got := tp.h.keyedHash("authorization", []byte("Bearer x")); got != after {
+	if got := tp.h.id.keyedHash("authorization", []byte("Bearer x")); got != after {
 		t.Error("SetOwnerKey(nil) changed the key")
 	}
 	// A session bound under the old key is not refused under the new one:
 	// the cached binding is dropped and read again.
-	tp.h.bindings.put("sid", binding{cred: "a" + before, checked: time.Now()})
+	tp.h.id.bindings.put("sid", binding{cred: "a" + before, checked: time.Now()})
 	tp.h.SetOwnerKey([]byte("0123456789abcdef-third"))
-	if _, ok := tp.h.bindings.get([]byte("sid")); ok {
+	if _, ok := tp.h.id.bindings.get([]byte("sid")); ok {
 		t.Error("a binding cached under the old key survived SetOwnerKey")
 	}
 }

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,7 +20,9 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/taskgate/taskgate/policy"
+	"github.com/taskgate/taskgate/proxy/engine"
 	"github.com/taskgate/taskgate/proxy/sse"
+	"github.com/taskgate/taskgate/proxy/wire"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
@@ -167,7 +170,7 @@ func (e *taskEnv) send(who identity, body string, accept string) rpcReply {
 	}
 	r := rpcReply{httpStatus: resp.StatusCode(), raw: string(resp.Body())}
 	data := resp.Body()
-	if isEventStream(resp.Header.ContentType()) {
+	if wire.IsEventStream(resp.Header.ContentType()) {
 		r.sse = true
 		sr := sse.NewReader(strings.NewReader(string(data)), 0)
 		var last []byte
@@ -273,8 +276,8 @@ func TestCreateTaskResultWhileUpstreamBusy(t *testing.T) {
 	if !taskIDRe.MatchString(task.TaskID) {
 		t.Errorf("taskId %q is not 32 hex chars (128 bits)", task.TaskID)
 	}
-	if task.Status != "working" || task.CreatedAt != task.LastUpdatedAt || task.TTL == nil || *task.TTL != 60000 || task.PollInterval != pollMin.Milliseconds() {
-		t.Errorf("created task = %+v, want working, createdAt==lastUpdatedAt, ttl 60000, pollInterval %d (a new task's)", task, pollMin.Milliseconds())
+	if task.Status != "working" || task.CreatedAt != task.LastUpdatedAt || task.TTL == nil || *task.TTL != 60000 || task.PollInterval != engine.PollMin.Milliseconds() {
+		t.Errorf("created task = %+v, want working, createdAt==lastUpdatedAt, ttl 60000, pollInterval %d (a new task's)", task, engine.PollMin.Milliseconds())
 	}
 	if _, err := time.Parse(time.RFC3339Nano, task.CreatedAt); err != nil {
 		t.Errorf("createdAt %q is not RFC 3339: %v", task.CreatedAt, err)
@@ -294,7 +297,7 @@ func TestCreateTaskResultWhileUpstreamBusy(t *testing.T) {
 	if err := json.Unmarshal([]byte(call.body), &sent); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.HasPrefix(sent.ID, upstreamIDPrefix) || strings.Contains(sent.ID, task.TaskID) || len(sent.ID) != len(upstreamIDPrefix)+32 {
+	if !strings.HasPrefix(sent.ID, wire.UpstreamIDPrefix) || strings.Contains(sent.ID, task.TaskID) || len(sent.ID) != len(wire.UpstreamIDPrefix)+32 {
 		t.Errorf("upstream request id = %q, want taskgate- and 128 random bits unrelated to the task id (E-45)", sent.ID)
 	}
 	if _, ok := sent.Params["task"]; ok {
@@ -464,7 +467,7 @@ func TestTransportFailures(t *testing.T) {
 				t.Errorf("statusMessage = %q, want %q", got.StatusMessage, tc.msg)
 			}
 			r := e.call(alice, 5, "tasks/result", fmt.Sprintf(`{"taskId":%q}`, task.TaskID))
-			wantRPCError(t, r, codeInternalError, tc.msg)
+			wantRPCError(t, r, wire.CodeInternalError, tc.msg)
 		})
 	}
 }
@@ -518,7 +521,7 @@ func TestCancel(t *testing.T) {
 	}
 	select { // E-29: the blocked tasks/result returns promptly
 	case br := <-blocked:
-		wantRPCError(t, br, codeInternalError, "cancelled")
+		wantRPCError(t, br, wire.CodeInternalError, "cancelled")
 	case <-time.After(5 * time.Second):
 		t.Fatal("blocked tasks/result did not return after the cancel")
 	}
@@ -530,13 +533,13 @@ func TestCancel(t *testing.T) {
 	if got, _ := e.get(alice, task.TaskID); got.Status != "cancelled" {
 		t.Errorf("status after cancel = %q, want cancelled (T-59)", got.Status)
 	}
-	wantRPCError(t, e.call(alice, 8, "tasks/cancel", fmt.Sprintf(`{"taskId":%q}`, task.TaskID)), codeInvalidParams, "already finished")
-	wantRPCError(t, e.call(alice, 9, "tasks/result", fmt.Sprintf(`{"taskId":%q}`, task.TaskID)), codeInternalError, "cancelled")
-	wantRPCError(t, e.call(alice, 10, "tasks/cancel", `{"taskId":"0123456789abcdef0123456789abcdef"}`), codeInvalidParams, "not found") // E-28
+	wantRPCError(t, e.call(alice, 8, "tasks/cancel", fmt.Sprintf(`{"taskId":%q}`, task.TaskID)), wire.CodeInvalidParams, "already finished")
+	wantRPCError(t, e.call(alice, 9, "tasks/result", fmt.Sprintf(`{"taskId":%q}`, task.TaskID)), wire.CodeInternalError, "cancelled")
+	wantRPCError(t, e.call(alice, 10, "tasks/cancel", `{"taskId":"0123456789abcdef0123456789abcdef"}`), wire.CodeInvalidParams, "not found") // E-28
 
 	done := e.createTask(alice, "echo", `{"text":"x"}`, `{}`)
 	e.waitStatus(alice, done.TaskID, "completed")
-	wantRPCError(t, e.call(alice, 11, "tasks/cancel", fmt.Sprintf(`{"taskId":%q}`, done.TaskID)), codeInvalidParams, "already finished") // E-27
+	wantRPCError(t, e.call(alice, 11, "tasks/cancel", fmt.Sprintf(`{"taskId":%q}`, done.TaskID)), wire.CodeInvalidParams, "already finished") // E-27
 	if got, _ := e.get(alice, done.TaskID); got.Status != "completed" {
 		t.Errorf("status after refused cancel = %q, want completed", got.Status)
 	}
@@ -623,7 +626,7 @@ func TestCancelThroughReplicaWakesLocalWaiter(t *testing.T) {
 	}
 	select {
 	case br := <-blocked:
-		wantRPCError(t, br, codeInternalError, "cancelled")
+		wantRPCError(t, br, wire.CodeInternalError, "cancelled")
 	case <-time.After(5 * time.Second):
 		t.Fatal("tasks/result waiting on the runner's process did not return after a cancel through another replica")
 	}
@@ -650,9 +653,9 @@ defaults:
 			_, r := e.get(alice, id)
 			return r.Error != nil
 		}, "task %s to expire", id)
-		wantRPCError(t, e.call(alice, 1, "tasks/get", fmt.Sprintf(`{"taskId":%q}`, id)), codeInvalidParams, "not found")
-		wantRPCError(t, e.call(alice, 2, "tasks/result", fmt.Sprintf(`{"taskId":%q}`, id)), codeInvalidParams, "not found")
-		wantRPCError(t, e.call(alice, 3, "tasks/cancel", fmt.Sprintf(`{"taskId":%q}`, id)), codeInvalidParams, "not found")
+		wantRPCError(t, e.call(alice, 1, "tasks/get", fmt.Sprintf(`{"taskId":%q}`, id)), wire.CodeInvalidParams, "not found")
+		wantRPCError(t, e.call(alice, 2, "tasks/result", fmt.Sprintf(`{"taskId":%q}`, id)), wire.CodeInvalidParams, "not found")
+		wantRPCError(t, e.call(alice, 3, "tasks/cancel", fmt.Sprintf(`{"taskId":%q}`, id)), wire.CodeInvalidParams, "not found")
 	}
 	r := e.call(alice, 4, "tasks/list", "")
 	if strings.Contains(string(r.Result), working.TaskID) || strings.Contains(string(r.Result), done.TaskID) {
@@ -762,17 +765,17 @@ func TestTasksList(t *testing.T) {
 			t.Errorf("task %s listed %d times, want once", id, seen[id])
 		}
 	}
-	wantRPCError(t, e.call(alice, 2, "tasks/list", `{"cursor":"garbage"}`), codeInvalidParams, "invalid cursor")
-	wantRPCError(t, e.call(alice, 2, "tasks/list", `{"cursor":5}`), codeInvalidParams, "cursor")
-	wantRPCError(t, e.call(identity{}, 3, "tasks/list", ""), codeMethodNotFound, "tasks/list")
+	wantRPCError(t, e.call(alice, 2, "tasks/list", `{"cursor":"garbage"}`), wire.CodeInvalidParams, "invalid cursor")
+	wantRPCError(t, e.call(alice, 2, "tasks/list", `{"cursor":5}`), wire.CodeInvalidParams, "cursor")
+	wantRPCError(t, e.call(identity{}, 3, "tasks/list", ""), wire.CodeMethodNotFound, "tasks/list")
 }
 
 // E-08..E-11, T-08, T-10, T-11: the tool policy is enforced before the
 // upstream is contacted.
 func TestToolPolicy(t *testing.T) {
 	e := newTaskEnv(t, "", Config{})
-	wantRPCError(t, e.call(alice, 1, "tools/call", `{"name":"forbidden_x","arguments":{},"task":{}}`), codeMethodNotFound, "forbidden")
-	wantRPCError(t, e.call(alice, 2, "tools/call", `{"name":"required_x","arguments":{}}`), codeMethodNotFound, "required")
+	wantRPCError(t, e.call(alice, 1, "tools/call", `{"name":"forbidden_x","arguments":{},"task":{}}`), wire.CodeMethodNotFound, "forbidden")
+	wantRPCError(t, e.call(alice, 2, "tools/call", `{"name":"required_x","arguments":{}}`), wire.CodeMethodNotFound, "required")
 	if n := e.up.toolCalls(); n != 0 {
 		t.Fatalf("upstream got %d tools/call, want 0", n)
 	}
@@ -787,11 +790,11 @@ func TestToolPolicy(t *testing.T) {
 	}
 	// A session at an older protocol version has no tasks: nothing enforced (Q-12).
 	old := identity{"Authorization": "Bearer alice-token", "MCP-Protocol-Version": "2025-06-18"}
-	if r := e.call(old, 5, "tools/call", `{"name":"required_x","arguments":{}}`); r.Error != nil && r.Error.Code == codeMethodNotFound && strings.Contains(r.Error.Message, "taskgate") {
+	if r := e.call(old, 5, "tools/call", `{"name":"required_x","arguments":{}}`); r.Error != nil && r.Error.Code == wire.CodeMethodNotFound && strings.Contains(r.Error.Message, "taskgate") {
 		t.Errorf("old-version session got taskgate's policy error: %s", r.raw)
 	}
 	// Odd-cased members that a case-insensitive upstream would read are refused.
-	wantRPCError(t, e.call(alice, 6, "tools/call", `{"name":"echo","Name":"forbidden_x","task":{}}`), codeInvalidParams, "case")
+	wantRPCError(t, e.call(alice, 6, "tools/call", `{"name":"echo","Name":"forbidden_x","task":{}}`), wire.CodeInvalidParams, "case")
 	// tasks/* never reach the upstream (P-03).
 	e.call(alice, 7, "tasks/get", `{"taskId":"0123456789abcdef0123456789abcdef"}`)
 	reqs, _, _ := e.up.snapshot()
@@ -809,7 +812,7 @@ func TestLimits(t *testing.T) {
 		e := newTaskEnv(t, "rules:\n  - match: block\n    maxConcurrent: 2\n", Config{})
 		e.createTask(alice, "block", `{}`, `{}`)
 		e.createTask(alice, "block", `{}`, `{}`)
-		wantRPCError(t, e.call(alice, 1, "tools/call", `{"name":"block","arguments":{},"task":{}}`), codeInternalError, "maxConcurrent")
+		wantRPCError(t, e.call(alice, 1, "tools/call", `{"name":"block","arguments":{},"task":{}}`), wire.CodeInternalError, "maxConcurrent")
 		if ids := e.listIDs(alice); len(ids) != 2 {
 			t.Errorf("tasks after the refusal = %d, want 2", len(ids))
 		}
@@ -825,7 +828,7 @@ func TestLimits(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			e.createTask(alice, "block", `{}`, `{}`)
 		}
-		wantRPCError(t, e.call(alice, 1, "tools/call", `{"name":"block","arguments":{},"task":{}}`), codeInternalError, "too many unfinished tasks")
+		wantRPCError(t, e.call(alice, 1, "tools/call", `{"name":"block","arguments":{},"task":{}}`), wire.CodeInternalError, "too many unfinished tasks")
 		if ids := e.listIDs(alice); len(ids) != 3 {
 			t.Errorf("alice's tasks after the refusal = %d, want 3", len(ids))
 		}
@@ -895,7 +898,7 @@ defaults:
 	if !strings.Contains(got.StatusMessage, "policy timeout of 200ms") {
 		t.Errorf("statusMessage = %q", got.StatusMessage)
 	}
-	wantRPCError(t, e.call(alice, 1, "tasks/result", fmt.Sprintf(`{"taskId":%q}`, task.TaskID)), codeInternalError, "timeout")
+	wantRPCError(t, e.call(alice, 1, "tasks/result", fmt.Sprintf(`{"taskId":%q}`, task.TaskID)), wire.CodeInternalError, "timeout")
 	pollUntil(t, 5*time.Second, func() bool { _, c, _ := e.up.snapshot(); return len(c) == 1 }, "the upstream cancel")
 }
 
@@ -903,7 +906,7 @@ defaults:
 // recovery with a clear statusMessage.
 func TestLeaseRecovery(t *testing.T) {
 	e := newTaskEnv(t, "", Config{Lease: 100 * time.Millisecond})
-	owner, _ := e.h.owner(headerOf(alice))
+	owner, _ := e.h.id.owner(headerOf(alice))
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	id, _ := taskstore.NewID()
 	if err := e.store.Create(context.Background(), &taskstore.Task{
@@ -937,7 +940,7 @@ func TestShutdownFailsRunningTasks(t *testing.T) {
 	if err := e.h.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	owner, _ := e.h.owner(headerOf(alice))
+	owner, _ := e.h.id.owner(headerOf(alice))
 	got, err := e.store.Get(context.Background(), owner, task.TaskID)
 	if err != nil || got.Status != taskstore.Failed || !strings.Contains(got.StatusMessage, "shut down") {
 		t.Errorf("after shutdown: %+v, %v; want failed with a shutdown message", got, err)
@@ -946,7 +949,7 @@ func TestShutdownFailsRunningTasks(t *testing.T) {
 		t.Errorf("upstream cancels = %v, want 1", c)
 	}
 	r := e.call(alice, 1, "tools/call", `{"name":"echo","arguments":{},"task":{}}`)
-	wantRPCError(t, r, codeInternalError, "shutting down")
+	wantRPCError(t, r, wire.CodeInternalError, "shutting down")
 }
 
 // E-25: a cut tasks/result SSE stream resumes with GET + Last-Event-ID and
@@ -954,7 +957,9 @@ func TestShutdownFailsRunningTasks(t *testing.T) {
 func TestResumeResultStream(t *testing.T) {
 	e := newTaskEnv(t, "", Config{})
 	task := e.createTask(alice, "block", `{}`, `{}`)
-	evID := resultEventID(task.TaskID, []byte(`"orig-7"`))
+	// The event id of a tasks/result stream: taskgate's prefix, the task
+	// id, the JSON-RPC request id in base64url.
+	evID := "tg1." + task.TaskID + "." + base64.RawURLEncoding.EncodeToString([]byte(`"orig-7"`))
 	e.up.releaseAll()
 	e.waitStatus(alice, task.TaskID, "completed")
 
@@ -1028,14 +1033,14 @@ func TestRateLimit(t *testing.T) {
 		}
 	}
 	_, r := e.get(alice, task.TaskID)
-	wantRPCError(t, r, codeInternalError, "too many task operations")
+	wantRPCError(t, r, wire.CodeInternalError, "too many task operations")
 	bob := identity{"Authorization": "Bearer bob"}
 	_, r = e.get(bob, "0123456789abcdef0123456789abcdef") // a miss: costs 5
-	wantRPCError(t, r, codeInvalidParams, "not found")
+	wantRPCError(t, r, wire.CodeInvalidParams, "not found")
 	for i := 0; i < 5; i++ {
 		_, r = e.get(bob, task.TaskID)
 	}
-	wantRPCError(t, r, codeInternalError, "too many task operations") // 5 + 5 > 10
+	wantRPCError(t, r, wire.CodeInternalError, "too many task operations") // 5 + 5 > 10
 }
 
 // Background calls reuse upstream connections (a new TCP connection per
@@ -1070,7 +1075,7 @@ func TestCancelTaskOnAnotherReplica(t *testing.T) {
 	other := e.replica(Config{})
 	task := e.createTask(alice, "block", `{}`, `{}`)
 	pollUntil(t, 5*time.Second, func() bool { return e.up.toolCalls() == 1 }, "the upstream call")
-	owner, _ := e.h.owner(headerOf(alice))
+	owner, _ := e.h.id.owner(headerOf(alice))
 	ctx := context.Background()
 	if st, err := e.store.Get(ctx, owner, task.TaskID); err != nil || st.Era != "2025-11-25" {
 		t.Errorf("stored task = %+v, %v; want era 2025-11-25", st, err)

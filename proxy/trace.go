@@ -3,15 +3,14 @@ package proxy
 import (
 	"context"
 
-	"github.com/rs/zerolog"
 	"github.com/valyala/fasthttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/taskgate/taskgate/capability/jsonx"
-	"github.com/taskgate/taskgate/proxy/engine"
 	"github.com/taskgate/taskgate/proxy/tracing"
+	"github.com/taskgate/taskgate/proxy/wire"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
@@ -43,35 +42,12 @@ import (
 //   - Log lines written inside a traced request or call carry trace_id and
 //     span_id.
 
-// Log field names of the trace context.
-const (
-	logTraceID = "trace_id"
-	logSpanID  = "span_id"
-)
-
-// traced reports whether a message of method s gets a span: taskgate
-// answers it or rewrites its answer on one of the wires.
-func (s *methodSpec) traced() bool {
-	if s == nil {
-		return false
-	}
-	switch s.serve {
-	case serveInitialize, serveToolsList, serveToolsCall, serveTasks:
-		return true
-	}
-	switch s.serve26 {
-	case serveToolsCall, serveTasks, serveDiscover, serveListen:
-		return true
-	}
-	return false
-}
-
 // startSpan starts the server span of the intercepted message env and
 // makes info's context and logger carry it.
-func (h *Handler) startSpan(rc *fasthttp.RequestCtx, info *reqInfo, env *envelope) {
-	name, tool := env.method, ""
-	if env.method == methodToolsCall && env.params != nil {
-		if vals, err := jsonx.Members(env.params, "name"); err == nil {
+func (h *Handler) startSpan(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelope) {
+	name, tool := env.Method, ""
+	if env.Method == wire.MethodToolsCall && env.Params != nil {
+		if vals, err := jsonx.Members(env.Params, "name"); err == nil {
 			if t, ok := jsonx.UnquoteValue(vals[0]); ok && t != "" {
 				name, tool = name+" "+t, t
 			}
@@ -82,27 +58,27 @@ func (h *Handler) startSpan(rc *fasthttp.RequestCtx, info *reqInfo, env *envelop
 		// Attributes only for sampled spans: an unsampled one still
 		// propagates its context and puts its ids in the logs.
 		attrs := make([]attribute.KeyValue, 0, 9)
-		attrs = append(attrs, tracing.MethodName.String(env.method),
+		attrs = append(attrs, tracing.MethodName.String(env.Method),
 			tracing.NetTransport.String("tcp"), tracing.NetProtocol.String("http"))
-		if env.id != nil {
-			attrs = append(attrs, tracing.RequestID.String(rpcIDString(env.id)))
+		if env.ID != nil {
+			attrs = append(attrs, tracing.RequestID.String(rpcIDString(env.ID)))
 		}
 		if tool != "" {
 			attrs = append(attrs, tracing.ToolName.String(tool), tracing.OperationName.String("execute_tool"))
 		}
-		if sid := rc.Request.Header.Peek(headerSessionID); len(sid) > 0 {
+		if sid := rc.Request.Header.Peek(wire.HeaderSessionID); len(sid) > 0 {
 			// The keyed hash logs show: a session id is a credential.
-			attrs = append(attrs, tracing.SessionID.String(h.hashShort(sid)))
+			attrs = append(attrs, tracing.SessionID.String(h.id.hashShort(sid)))
 		}
-		if v := rc.Request.Header.Peek(headerProtocolVersion); len(v) > 0 {
+		if v := rc.Request.Header.Peek(wire.HeaderProtocolVersion); len(v) > 0 {
 			attrs = append(attrs, tracing.ProtocolVersion.String(string(v)))
 		}
 		span.SetAttributes(attrs...)
 	}
-	info.ctx, info.span = ctx, span
+	info.Ctx, info.Span = ctx, span
 	traceID, spanID := tracing.LogIDs(span)
-	l := h.log.With().Str(logTraceID, traceID).Str(logSpanID, spanID).Logger()
-	info.log = &l
+	l := h.log.With().Str(wire.LogTraceID, traceID).Str(wire.LogSpanID, spanID).Logger()
+	info.Log = &l
 	h.tr.Inject(ctx, &rc.Request.Header)
 }
 
@@ -127,127 +103,17 @@ func endSpan(r *reqRecord) {
 	}
 	span.SetAttributes(tracing.Outcome.String(r.outcome),
 		attribute.Int("http.response.status_code", r.status))
-	if r.status >= 400 || r.outcome == "rpc_error" || r.outcome == outcomeClientGone {
+	if r.status >= 400 || r.outcome == "rpc_error" || r.outcome == wire.OutcomeClientGone {
 		span.SetAttributes(tracing.ErrorType.String(r.outcome))
 		span.SetStatus(codes.Error, r.outcome)
 	}
 	span.End()
 }
 
-// ctxOf is the context of info's request: h.root, with the request's
-// span when it is traced.
-func (h *Handler) ctxOf(info *reqInfo) context.Context {
-	if info.ctx != nil {
-		return info.ctx
-	}
-	return h.root
-}
-
-// waitCtxOf is the context of a result wait of info's request: the
-// engine's WaitRoot (on shutdown the wait goes on until this process's
-// calls have recorded their outcomes, so it ends with one), carrying the
-// request's trace span when the request is traced.
-func (h *Handler) waitCtxOf(info *reqInfo) context.Context {
-	if info.ctx == nil {
-		return h.eng.WaitRoot()
-	}
-	return trace.ContextWithSpan(h.eng.WaitRoot(), trace.SpanFromContext(info.ctx))
-}
-
-// logOf is the logger of info's request: h.log, with the trace context
-// when the request is traced.
-func (h *Handler) logOf(info *reqInfo) *zerolog.Logger {
-	if info.log != nil {
-		return info.log
-	}
-	return &h.log
-}
-
-// traceCall starts the span of the background call of j, a task created
-// by info's traced request: the request span gets the task's id and a
-// created event, the call's upstream request the call span's traceparent,
-// the job's log lines its ids. It runs before the task is stored and
-// returns the context to store it under (the store's create is the call
-// span's first child); endCall ends the span.
-func (h *Handler) traceCall(info *reqInfo, j *job, t *taskstore.Task) context.Context {
-	info.span.SetAttributes(tracing.TaskID.String(t.ID))
-	upID, _ := jsonx.UnquoteValue([]byte(t.UpstreamID))
-	ctx, span := h.tr.StartClient(info.ctx, methodToolsCall+" "+t.Tool,
-		tracing.MethodName.String(methodToolsCall), tracing.ToolName.String(t.Tool),
-		tracing.OperationName.String("execute_tool"), tracing.TaskID.String(t.ID),
-		tracing.RequestID.String(upID))
-	j.span = span
-	h.tr.Inject(ctx, &j.req.Header)
-	return ctx
-}
-
-// tracedCreated records the created event once the task is stored.
-func (j *job) tracedCreated(info *reqInfo) {
-	ev := trace.WithAttributes(tracing.TaskID.String(j.Task.ID), tracing.TaskStatus.String(string(j.Task.Status)))
-	info.span.AddEvent(tracing.EventCreated, ev)
-	j.span.AddEvent(tracing.EventCreated, ev)
-	j.Log.SetTrace(tracing.LogIDs(j.span))
-}
-
-// failCall ends the call span of a task whose creation failed.
-func (j *job) failCall(err error) {
-	if j.span == nil {
-		return
-	}
-	j.span.RecordError(err)
-	j.span.SetAttributes(tracing.ErrorType.String("task_not_created"))
-	j.span.SetStatus(codes.Error, "task not created")
-	j.span.End()
-}
-
-// traceEvent adds a lifecycle event to j's call span, when traced.
-func (j *job) traceEvent(name string, attrs ...attribute.KeyValue) {
-	if j.span != nil {
-		j.span.AddEvent(name, trace.WithAttributes(attrs...))
-	}
-}
-
-// endCall ends j's call span with its terminal status (none when the
-// runner stored none: a cancel or an expiry, told by a stopped event).
-func (j *job) endCall() {
-	if j.span == nil {
-		return
-	}
-	if ft, _ := j.Final(); ft != nil {
-		j.span.AddEvent(tracing.EventTerminal, trace.WithAttributes(tracing.TaskStatus.String(string(ft.Status))))
-		j.span.SetAttributes(tracing.TaskStatus.String(string(ft.Status)))
-		if ft.Status == taskstore.Failed {
-			j.span.SetAttributes(tracing.ErrorType.String("task_failed"))
-			j.span.SetStatus(codes.Error, ft.StatusMessage)
-		}
-	}
-	j.span.End()
-}
-
-// callContext is the engine's CallContext hook: a traced call runs under
-// its span.
-func callContext(ej *engine.Job, ctx context.Context) context.Context {
-	if j := jobOf(ej); j.span != nil {
-		return trace.ContextWithSpan(ctx, j.span)
-	}
-	return ctx
-}
-
-// logContext is the engine's LogContext hook: a line written under a
-// span carries its ids.
-func logContext(ctx context.Context, log *zerolog.Logger) *zerolog.Logger {
-	sc := trace.SpanContextFromContext(ctx)
-	if !sc.IsValid() {
-		return log
-	}
-	l := log.With().Str(logTraceID, sc.TraceID().String()).Str(logSpanID, sc.SpanID().String()).Logger()
-	return &l
-}
-
 // leaseLost records a task failed by lease recovery: its own span (the
 // call's trace died with the process that ran it) with a lease_lost event.
-func (h *Handler) leaseLost(t *taskstore.Task) {
-	_, span := h.tr.StartInternal(h.root, "taskgate lease recovery", tracing.TaskID.String(t.ID), tracing.ToolName.String(t.Tool))
+func leaseLost(tr *tracing.Tracer, root context.Context, t *taskstore.Task) {
+	_, span := tr.StartInternal(root, "taskgate lease recovery", tracing.TaskID.String(t.ID), tracing.ToolName.String(t.Tool))
 	span.AddEvent(tracing.EventLeaseLost, trace.WithAttributes(tracing.TaskID.String(t.ID),
 		attribute.String("taskgate.runner", t.Runner), tracing.TaskStatus.String(string(taskstore.Failed))))
 	span.SetStatus(codes.Error, "runner lost")

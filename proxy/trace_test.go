@@ -20,6 +20,7 @@ import (
 
 	"github.com/taskgate/taskgate/policy"
 	"github.com/taskgate/taskgate/proxy/tracing"
+	"github.com/taskgate/taskgate/proxy/wire"
 	"github.com/taskgate/taskgate/taskstore"
 )
 
@@ -163,7 +164,7 @@ func TestTracingTaskCall(t *testing.T) {
 	if got := attrOf(call, tracing.TaskID); got != task.TaskID {
 		t.Errorf("call span mcp.task.id = %q, want %q", got, task.TaskID)
 	}
-	if got := attrOf(call, tracing.RequestID); !strings.HasPrefix(got, upstreamIDPrefix) {
+	if got := attrOf(call, tracing.RequestID); !strings.HasPrefix(got, wire.UpstreamIDPrefix) {
 		t.Errorf("call span jsonrpc.request.id = %q, want the upstream request's id", got)
 	}
 	for _, ev := range []string{tracing.EventCreated, tracing.EventTerminal} {
@@ -211,18 +212,18 @@ func TestTracingTaskCall(t *testing.T) {
 
 	// Log lines inside the traced request and call carry its ids.
 	created := logs.lines(t, "task created")
-	if len(created) != 1 || created[0][logTraceID] != clientTraceID || created[0][logSpanID] != srv.SpanContext.SpanID().String() {
+	if len(created) != 1 || created[0][wire.LogTraceID] != clientTraceID || created[0][wire.LogSpanID] != srv.SpanContext.SpanID().String() {
 		t.Errorf("task created lines = %v, want one with trace_id %s span_id %s", created, clientTraceID, srv.SpanContext.SpanID())
 	}
 	finished := logs.lines(t, "task finished")
-	if len(finished) != 1 || finished[0][logSpanID] != call.SpanContext.SpanID().String() {
+	if len(finished) != 1 || finished[0][wire.LogSpanID] != call.SpanContext.SpanID().String() {
 		t.Errorf("task finished lines = %v, want one with the call span's span_id %s", finished, call.SpanContext.SpanID())
 	}
 	var sawCreate bool
 	for _, l := range logs.lines(t, "request") {
-		if l[logRPCMethod] == "tools/call" {
+		if l[wire.LogRPCMethod] == "tools/call" {
 			sawCreate = true
-			if l[logTraceID] != clientTraceID || l[logSpanID] != srv.SpanContext.SpanID().String() {
+			if l[wire.LogTraceID] != clientTraceID || l[wire.LogSpanID] != srv.SpanContext.SpanID().String() {
 				t.Errorf("request line %v lacks the server span's ids", l)
 			}
 		}
@@ -264,7 +265,7 @@ func TestTracingInputRequiredAndCancel(t *testing.T) {
 	}
 	// The engine's line, written inside the tasks/cancel request.
 	lines := logs.lines(t, "task cancelled")
-	if len(lines) != 1 || lines[0][logSpanID] != cancel.SpanContext.SpanID().String() || lines[0][logTraceID] != clientTraceID {
+	if len(lines) != 1 || lines[0][wire.LogSpanID] != cancel.SpanContext.SpanID().String() || lines[0][wire.LogTraceID] != clientTraceID {
 		t.Errorf("task cancelled lines = %v, want one with the tasks/cancel span's ids", lines)
 	}
 }
@@ -273,7 +274,7 @@ func TestTracingInputRequiredAndCancel(t *testing.T) {
 // with a lease_lost event naming the task.
 func TestTracingLeaseLost(t *testing.T) {
 	e, exp, _ := newTracedEnvCfg(t, Config{Lease: 100 * time.Millisecond})
-	owner, _ := e.h.owner(headerOf(alice))
+	owner, _ := e.h.id.owner(headerOf(alice))
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	id, _ := taskstore.NewID()
 	if err := e.store.Create(context.Background(), &taskstore.Task{

@@ -53,6 +53,7 @@ func TestUpstreamFaults(t *testing.T) {
 		relayErr:     &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded},
 		roundTripErr: &net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)},
 	}
+	e.h.f.Up = e.h.up // the eras reach the upstream through the front they share
 	r := e.call(alice, 7, "tools/call", `{"name":"echo","arguments":{"text":"x"}}`)
 	if r.httpStatus != fasthttp.StatusGatewayTimeout || r.Error == nil || string(r.ID) != "7" || r.Error.Message != "taskgate: upstream timed out" {
 		t.Fatalf("plain call over a timing-out transport: %d %s", r.httpStatus, r.raw)

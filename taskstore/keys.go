@@ -15,7 +15,8 @@ import (
 // Layout (P = Config.Prefix, default "taskgate"):
 //
 //	P:{owner}:task:<id>   hash   one task; expires at CreatedAt+TTL
-//	P:{owner}:index       zset   member id, score = creation order (ms, strictly increasing)
+//	P:{owner}:index       zset   member id, score = creation order (ms, strictly increasing);
+//	                             a withdrawn id (a failed Create): score = -(refused until, ms)
 //	P:{owner}:live        zset   member id, score = task expiry ms; non-terminal tasks created
 //	                             with a MaxPerOwner cap only (the hash's cap field says so)
 //	P:{owner}:ev:<id>     channel  wake-ups for Watch (not a key)

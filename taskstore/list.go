@@ -31,7 +31,7 @@ func (s *Redis) List(ctx context.Context, owner, cursor string, limit int) ([]Ta
 		}
 		return nil, "", nil
 	}
-	start, after := "-inf", ""
+	start, after := "0", "" // below 0: withdrawn ids (withdrawCmd)
 	if cursor != "" {
 		score, id, ok := s.openCursor(owner, cursor)
 		if !ok {

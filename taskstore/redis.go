@@ -144,6 +144,8 @@ type Redis struct {
 	opTimeout time.Duration
 	hub       hub
 
+	stop      chan struct{}  // closed by Close: background withdrawals end
+	bg        sync.WaitGroup // background withdrawals (withdraw)
 	closeOnce sync.Once
 	closeErr  error
 	onClose   []func() error // extra teardown (NewEmbedded), after the hub
@@ -170,7 +172,7 @@ func NewRedis(rdb redis.UniversalClient, cfg Config) (*Redis, error) {
 		return nil, err
 	}
 	_, cluster := rdb.(*redis.ClusterClient)
-	s := &Redis{rdb: rdb, fused: !cluster, k: keys{prefix: cfg.Prefix}, now: cfg.Now, cursors: newCursors(mac), sTTL: cfg.SessionTTL, opTimeout: cfg.OpTimeout}
+	s := &Redis{rdb: rdb, fused: !cluster, k: keys{prefix: cfg.Prefix}, now: cfg.Now, cursors: newCursors(mac), sTTL: cfg.SessionTTL, opTimeout: cfg.OpTimeout, stop: make(chan struct{})}
 	s.reads = newReadBatcher(rdb)
 	s.stats.flush = s.flushStats
 	s.beats.beat = s.heartbeat
@@ -183,12 +185,15 @@ func NewRedis(rdb redis.UniversalClient, cfg Config) (*Redis, error) {
 	return s, nil
 }
 
-// Close stops Watch's subscription goroutine (pending watchers get a final
-// signal) and, for a store made by NewEmbedded, the embedded server. It
+// Close ends the background retries of withdrawn creates (Create), stops
+// Watch's subscription goroutine (pending watchers get a final signal)
+// and, for a store made by NewEmbedded, the embedded server. It
 // does not close a client passed to NewRedis. Close is idempotent.
 func (s *Redis) Close() error {
 	s.closeOnce.Do(func() {
 		s.stats.close()
+		close(s.stop)
+		s.bg.Wait()
 		s.beats.close()
 		s.lazy.close()
 		s.reads.close()
@@ -215,7 +220,13 @@ func (s *Redis) nowMS() int64 { return s.now().UnixMilli() }
 // no lease entry is written per task. t.StatusMessage is kept as the
 // initial message. opt.Lease <= 0 means DefaultLease. With ErrOwnerLimit
 // nothing is stored (where the admin entries were pipelined beside the
-// script, they are removed by a second, error-path-only request).
+// script, they are removed by a second, error-path-only request). Any
+// other error means the same: when the outcome is unknown (the operation
+// timed out, the connection broke, WAIT failed), Create withdraws the id
+// before returning (withdrawCmd), so a createCmd that Redis ran, or runs
+// later, leaves no task that Get, List or the owner's MaxPerOwner count
+// would see; only if the withdrawal fails as well (Redis unreachable) does
+// it go on in the background.
 func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 	ctx, cancel := bound(ctx, s.opTimeout)
 	defer cancel()
@@ -262,16 +273,22 @@ func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 		calls = append(calls, s.beatCall(reg.runner, reg.deadline, now))
 	}
 	res, err := s.pipe(ctx, calls, extra...)
-	if err != nil {
-		return wrapErr("create", t.ID, err)
-	}
-	for _, r := range res {
-		if err := r.Err(); err != nil {
-			return wrapErr("create", t.ID, err)
+	if err == nil {
+		for _, r := range res {
+			if err = r.Err(); err != nil {
+				break
+			}
 		}
 	}
-	code, err := res[0].Int64()
+	var code int64
+	if err == nil {
+		code, err = res[0].Int64()
+	}
 	if err != nil {
+		// createCmd may have run, or may still run: take the id back so
+		// that the task the caller is told does not exist is never
+		// stored, listed or counted.
+		s.withdraw(ctx, t, keepIndex)
 		return wrapErr("create", t.ID, err)
 	}
 	switch code {
@@ -302,6 +319,89 @@ func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 	default:
 		return fmt.Errorf("taskstore: create %s: unexpected script code %d", t.ID, code)
 	}
+}
+
+// withdrawHold is how long a withdrawn id stays refused (withdrawCmd's
+// tombstone): far longer than a createCmd sent before the failure can take
+// to reach a Redis that stalled.
+const withdrawHold = 10 * time.Minute
+
+// withdrawRetries bounds the background attempts of a withdrawal whose
+// first attempt failed; they are withdrawBackoff, then twice that, ...
+// apart. Should they all fail (Redis gone for a minute), the task, if it
+// was stored, is left to the caller's own clean-up and lease recovery.
+const (
+	withdrawRetries = 5
+	withdrawBackoff = time.Second
+)
+
+// withdrawMinTimeout is the least time one withdrawal attempt gets: the
+// operation timeout that the failed Create ran out of is often too short
+// for the Redis that made it run out.
+const withdrawMinTimeout = time.Second
+
+// withdraw takes back the id of t, whose Create failed after createCmd may
+// have been sent (withdrawCmd), before Create returns, under a fresh
+// timeout (ctx's usually ran out): the operation timeout, at least
+// withdrawMinTimeout; keepIndex is the index's keep-until Create passed.
+// When that attempt fails too, it retries in the background until it
+// succeeds, withdrawRetries ran out or the store closes.
+func (s *Redis) withdraw(ctx context.Context, t *Task, keepIndex int64) {
+	ctx = context.WithoutCancel(ctx)
+	if s.withdrawOnce(ctx, t, keepIndex) == nil {
+		return
+	}
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		wait := withdrawBackoff
+		for range withdrawRetries {
+			tm := time.NewTimer(wait)
+			select {
+			case <-s.stop:
+				tm.Stop()
+				return
+			case <-tm.C:
+			}
+			if s.withdrawOnce(ctx, t, keepIndex) == nil {
+				return
+			}
+			wait *= 2
+		}
+	}()
+}
+
+// withdrawOnce runs withdrawCmd for t once (on a Cluster pipelined with the
+// removal of the admin entries, which live in other slots; there a late
+// create's own pipelined admin entries may still come after it: AdminList
+// and AdminFind skip and prune entries whose task is gone).
+func (s *Redis) withdrawOnce(ctx context.Context, t *Task, keepIndex int64) error {
+	ctx, cancel := context.WithTimeout(ctx, max(s.opTimeout, withdrawMinTimeout))
+	defer cancel()
+	now := s.nowMS()
+	member := leaseMember(t.Owner, t.ID)
+	indexKey, adminKey, ownerKey := s.k.index(t.Owner), s.k.adminIndex(), s.k.taskOwner(t.ID)
+	call := scriptCall{withdrawCmd, []string{s.k.task(t.Owner, t.ID), indexKey, s.k.live(t.Owner)},
+		[]any{t.ID, now, now + withdrawHold.Milliseconds(), keepIndex}}
+	var extra []func(redis.Pipeliner)
+	if s.fused {
+		call.keys = append(call.keys, adminKey, ownerKey)
+		call.args = append(call.args, member)
+	} else {
+		extra = append(extra, func(p redis.Pipeliner) {
+			p.ZRem(ctx, adminKey, member)
+			p.Del(ctx, ownerKey)
+		})
+	}
+	res, err := s.pipe(ctx, []scriptCall{call}, extra...)
+	if err != nil {
+		return err
+	}
+	code, err := res[0].Int64()
+	if code == 2 {
+		s.keep.forget(indexKey) // made anew, with a shorter expiry
+	}
+	return err
 }
 
 // prepareCreate validates a task for Create, gives it a NewID when it has

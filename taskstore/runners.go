@@ -64,6 +64,14 @@ func (c *keepCache) done(key string, at int64) {
 	c.m[key] = max(c.m[key], at)
 }
 
+// forget drops key's entry: the next due for it asks for the extension
+// (the key was made anew with a shorter expiry than this replica gave it).
+func (c *keepCache) forget(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.m, key)
+}
+
 // runnerBeatCmd raises a runner's heartbeat deadline (never lowers it:
 // Recover may have moved it to a renewed task's lease) and keeps the
 // runner zset until keep-until.

@@ -203,8 +203,9 @@ end
 local score = ARGV[2]
 local top = redis.call("ZRANGE", KEYS[2], -1, -1, "WITHSCORES")
 if top[2] and tonumber(top[2]) >= tonumber(score) then score = string.format("%d", tonumber(top[2]) + 1) end
--- The index holds every id of the owner whose task may still exist, so
--- adding the id only if absent is the existence check.
+-- The index holds every id of the owner whose task may still exist (and
+-- withdrawCmd's tombstones), so adding the id only if absent is the
+-- existence check.
 if redis.call("ZADD", KEYS[2], "NX", score, ARGV[1]) == 0 then return -1 end
 if max > 0 then
   redis.call("HSET", KEYS[1], "status", "working", "msg", ARGV[12], "created", ARGV[2], "updated", ARGV[2],
@@ -233,6 +234,49 @@ if ARGV[4] ~= "0" or KEYS[4] then
     redis.call("SET", KEYS[5], ARGV[17], "PXAT", ARGV[3])
   end
 end
+return 1
+`)
+
+// withdrawCmd takes back the id of a task whose Create failed after its
+// createCmd may have reached Redis (a timeout, a lost connection, a failed
+// WAIT): the caller was told no task exists, so none may be stored or
+// listed, whether createCmd already ran or runs later (a stalled Redis runs
+// what it read once it is free again). It deletes the task hash and the
+// id's live entry and leaves the id in the owner's index as a tombstone
+// scored -(hold-until ms): createCmd's ZADD NX then refuses the id, and
+// listCmd, which reads scores from 0 up, never sees it. Expired tombstones
+// (score >= -now) are dropped here; the rest go with the index.
+//
+// KEYS[1] task hash P:{owner}:task:<id>, KEYS[2] owner index P:{owner}:index,
+// KEYS[3] owner live zset P:{owner}:live. ARGV[1] id, ARGV[2] now ms,
+// ARGV[3] hold-until ms, ARGV[4] keep-until ms for the index as createCmd
+// gets it ("0": this replica already extended it).
+// Optional, on a single node: KEYS[4] the admin index P:tasks, KEYS[5] the
+// owner-by-id key P:id:<id>, ARGV[5] the admin member "<owner>/<id>".
+//
+// Returns 1, or 2 when the index did not exist: the tombstone made it anew
+// with expiry max(hold-until, keep-until), and the caller forgets its
+// keepCache entry for it. An existing index's expiry is only ever extended,
+// to hold-until at least (one without expiry keeps none).
+var withdrawCmd = redis.NewScript(`
+local now, hold = tonumber(ARGV[2]), tonumber(ARGV[3])
+local p = redis.call("PTTL", KEYS[2])
+redis.call("DEL", KEYS[1])
+redis.call("ZREM", KEYS[3], ARGV[1])
+if p ~= -2 then redis.call("ZREMRANGEBYSCORE", KEYS[2], "-" .. ARGV[2], "(0") end
+redis.call("ZADD", KEYS[2], "-" .. ARGV[3], ARGV[1])
+local at = 0
+if p == -2 then
+  at = math.max(hold, tonumber(ARGV[4]))
+elseif p >= 0 and now + p < hold then
+  at = hold
+end
+if at > 0 then redis.call("PEXPIREAT", KEYS[2], string.format("%d", at)) end
+if KEYS[4] then
+  redis.call("ZREM", KEYS[4], ARGV[5])
+  redis.call("DEL", KEYS[5])
+end
+if p == -2 then return 2 end
 return 1
 `)
 
@@ -386,7 +430,8 @@ return {1, v[1]}
 //
 // KEYS[1] owner index zset. ARGV[1] task key prefix (P:{owner}:task:; the
 // task keys are built from it, same slot by the hash tag), ARGV[2] start
-// score (inclusive; "-inf" for the first page), ARGV[3] id of the last task
+// score (inclusive; "0" for the first page: withdrawCmd's tombstones score
+// below 0 and are never read here), ARGV[3] id of the last task
 // of the previous page ("" for none; members with the start score and an id
 // <= it are skipped), ARGV[4] page size n, ARGV[5] now ms.
 // Returns {more, id1, score1, meta1..., id2, ...}: up to n live tasks, more =

@@ -207,7 +207,8 @@ type Store interface {
 type Tasks interface {
 	// Create stores t (status working, CreatedAt == UpdatedAt) and takes a
 	// lease for t.Runner, in one round trip. ErrOwnerLimit when over
-	// MaxPerOwner; then nothing is stored.
+	// MaxPerOwner; then nothing is stored, and neither with any other
+	// error (a create whose outcome is unknown is withdrawn).
 	Create(ctx context.Context, t *Task, opt CreateOptions) error
 	// Get returns the task or ErrNotFound.
 	Get(ctx context.Context, owner, id string) (*Task, error)

@@ -1,14 +1,20 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
 	"github.com/taskgate/taskgate/proxy"
 	"github.com/taskgate/taskgate/proxy/admin"
+	"github.com/taskgate/taskgate/taskstore"
 )
 
 // newAdminAPI sets up the admin task API and dashboard (off without
@@ -32,4 +38,33 @@ func newAdminAPI(o *options, st *openedStore, h *proxy.Handler, reloader *policy
 		return nil, fmt.Errorf("--admin-token-file: %w", err)
 	}
 	return s, nil
+}
+
+// adminMux serves /healthz (alive), /readyz (the upstream accepts
+// connections: pass-through works, whatever the store's state),
+// /readyz/store (the task store answers), /metrics, and under /admin the
+// admin task API and dashboard (404 unless --admin-token-file is set).
+func adminMux(reg *prometheus.Registry, store taskstore.Store, h *proxy.Handler, api *admin.Server) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/admin", api)
+	mux.Handle("/admin/", api)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	check := func(what string, ping func(context.Context) error) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+			defer cancel()
+			if err := ping(ctx); err != nil {
+				w.WriteHeader(http.StatusServiceUnavailable)
+				_, _ = io.WriteString(w, what+": "+err.Error()+"\n")
+				return
+			}
+			_, _ = io.WriteString(w, "ready\n")
+		}
+	}
+	mux.HandleFunc("/readyz", check("upstream", h.PingUpstream))
+	mux.HandleFunc("/readyz/store", check("store", store.Ping))
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return mux
 }

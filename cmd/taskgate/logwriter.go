@@ -1,11 +1,15 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/rs/zerolog"
 )
 
 // logWriter passes log lines to an underlying writer (stderr) from one
@@ -171,4 +175,39 @@ func (w *logWriter) Close() error {
 	w.mu.Unlock()
 	<-w.done
 	return nil
+}
+
+// logTimeFormat is the log lines' "time": RFC 3339 with milliseconds
+// (zerolog's default has whole seconds, too coarse to order the lines of
+// one request or to match them with traces).
+const logTimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
+// newLogger returns the process logger writing to w. Console output is
+// coloured only when isTTY (and NO_COLOR is unset). It sets zerolog's
+// process-wide time format to logTimeFormat.
+func newLogger(o *options, w io.Writer, isTTY bool) zerolog.Logger {
+	zerolog.TimeFieldFormat = logTimeFormat
+	lvl, _ := zerolog.ParseLevel(o.logLevel)
+	if o.logFormat == "console" {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: logTimeFormat, NoColor: !isTTY || os.Getenv("NO_COLOR") != ""}
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger()
+}
+
+// isTerminal reports whether w is a terminal (a character device).
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// redisLogger routes go-redis's own messages (reconnect failures and the
+// like) into the structured log.
+type redisLogger struct{ l zerolog.Logger }
+
+func (r redisLogger) Printf(_ context.Context, format string, args ...any) {
+	r.l.Warn().Str("component", "go-redis").Msg(fmt.Sprintf(format, args...))
 }

@@ -19,124 +19,10 @@ import (
 // ownerKeyName names the owner key SharedSecret keeps in Redis.
 const ownerKeyName = "owner-key"
 
-// errKeyNotLoaded is what task operations get while the owner key replicas
-// share through Redis is not known yet.
-var errKeyNotLoaded = fmt.Errorf("%w: the owner key shared through Redis is not loaded yet", taskstore.ErrUnavailable)
-
-// errKeyMismatch is what Ping answers from the moment this replica found a
-// different owner key in Redis than its own until a later check finds them
-// agreeing.
-var errKeyMismatch = fmt.Errorf("%w: the owner key in Redis differed from this replica's (Redis lost its data); converging", taskstore.ErrUnavailable)
-
-// keyGate holds back the store operations through which tasks and session
-// records are created or found (Create, Get, Outcome, List, Cancel, the
-// session versions and the sessions' owner bindings) until the owner key shared by the replicas is known:
-// an owner hashed with a provisional key would put tasks where the other
-// replicas never look. The other operations act on tasks found through
-// these, and pass through.
-type keyGate struct {
-	taskstore.Store
-	ready    atomic.Bool
-	mismatch atomic.Bool // set by sharedKey.reassert; fails Ping only
-}
-
-func (g *keyGate) check() error {
-	if g.ready.Load() {
-		return nil
-	}
-	return errKeyNotLoaded
-}
-
-func (g *keyGate) Create(ctx context.Context, t *taskstore.Task, opt taskstore.CreateOptions) error {
-	if err := g.check(); err != nil {
-		return err
-	}
-	return g.Store.Create(ctx, t, opt)
-}
-
-func (g *keyGate) Get(ctx context.Context, owner, id string) (*taskstore.Task, error) {
-	if err := g.check(); err != nil {
-		return nil, err
-	}
-	return g.Store.Get(ctx, owner, id)
-}
-
-func (g *keyGate) Outcome(ctx context.Context, owner, id string) (*taskstore.Task, *taskstore.Outcome, error) {
-	if err := g.check(); err != nil {
-		return nil, nil, err
-	}
-	return g.Store.Outcome(ctx, owner, id)
-}
-
-func (g *keyGate) List(ctx context.Context, owner, cursor string, limit int) ([]taskstore.Task, string, error) {
-	if err := g.check(); err != nil {
-		return nil, "", err
-	}
-	return g.Store.List(ctx, owner, cursor, limit)
-}
-
-func (g *keyGate) Cancel(ctx context.Context, owner, id, msg string) (*taskstore.Task, error) {
-	if err := g.check(); err != nil {
-		return nil, err
-	}
-	return g.Store.Cancel(ctx, owner, id, msg)
-}
-
-func (g *keyGate) SessionVersion(ctx context.Context, session string) (string, error) {
-	if err := g.check(); err != nil {
-		return "", err
-	}
-	return g.Store.SessionVersion(ctx, session)
-}
-
-func (g *keyGate) SetSessionVersion(ctx context.Context, session, version string, ttl time.Duration) error {
-	if err := g.check(); err != nil {
-		return err
-	}
-	return g.Store.SetSessionVersion(ctx, session, version, ttl)
-}
-
-func (g *keyGate) BindSession(ctx context.Context, session, credential string, ttl time.Duration) error {
-	if err := g.check(); err != nil {
-		return err
-	}
-	return g.Store.BindSession(ctx, session, credential, ttl)
-}
-
-func (g *keyGate) Session(ctx context.Context, session string) (taskstore.SessionRecord, error) {
-	if err := g.check(); err != nil {
-		return taskstore.SessionRecord{}, err
-	}
-	return g.Store.Session(ctx, session)
-}
-
-func (g *keyGate) StartSessionTask(ctx context.Context, session, id string, until time.Time) error {
-	if err := g.check(); err != nil {
-		return err
-	}
-	return g.Store.StartSessionTask(ctx, session, id, until)
-}
-
-func (g *keyGate) CloseSession(ctx context.Context, session string) (bool, error) {
-	if err := g.check(); err != nil {
-		return false, err
-	}
-	return g.Store.CloseSession(ctx, session)
-}
-
-func (g *keyGate) Ping(ctx context.Context) error {
-	if err := g.Store.Ping(ctx); err != nil {
-		return err
-	}
-	if g.mismatch.Load() {
-		return errKeyMismatch
-	}
-	return g.check()
-}
-
 // sharedKey loads the owner key the replicas on one Redis share, installs
-// it in the handler and the store, and opens the gate; then it keeps the
-// replicas on one key.
+// it in the handler and the store, and opens the store's key gate (which
+// holds task operations back until then); then it keeps the replicas on
+// one key.
 //
 // Redis can lose the key with its data (a restart without persistence, a
 // FLUSHALL, a failover to an empty replica) while replicas keep using it
@@ -156,7 +42,7 @@ func (g *keyGate) Ping(ctx context.Context) error {
 type sharedKey struct {
 	rdb      redis.UniversalClient
 	store    *taskstore.Redis
-	gate     *keyGate
+	gate     *taskstore.KeyGate
 	timeout  time.Duration
 	interval time.Duration // re-assert period; 0 means defaultKeyInterval
 	log      zerolog.Logger
@@ -197,7 +83,7 @@ func (k *sharedKey) load(ctx context.Context, h *proxy.Handler) error {
 	if err := k.install(h, key); err != nil {
 		return err
 	}
-	k.gate.ready.Store(true)
+	k.gate.Open()
 	k.log.Info().Str("redis_key", taskstore.SharedSecretKey("", ownerKeyName)).
 		Msg("owner key: shared by every taskgate on this Redis (anyone who can read this Redis key can read it; set --owner-key to keep it out of Redis)")
 	return nil
@@ -226,7 +112,7 @@ func (k *sharedKey) reassert(ctx context.Context, h *proxy.Handler) error {
 	redisKey := taskstore.SharedSecretKey("", ownerKeyName)
 	switch {
 	case errors.Is(err, taskstore.ErrBadSharedSecret):
-		if !k.gate.mismatch.Swap(true) {
+		if !k.gate.SetMismatch(true) {
 			k.mismatches.Inc()
 			k.log.Error().Str("redis_key", redisKey).
 				Msg("owner key: the value in Redis is not a taskgate key; this replica keeps its own and reports the store not ready until the Redis key is deleted or fixed")
@@ -242,13 +128,13 @@ func (k *sharedKey) reassert(ctx context.Context, h *proxy.Handler) error {
 		if err := k.install(h, stored); err != nil {
 			return err
 		}
-		k.gate.mismatch.Store(true)
+		k.gate.SetMismatch(true)
 		k.mismatches.Inc()
 		k.log.Error().Str("redis_key", redisKey).
 			Msg("owner key: Redis holds a different key than this replica used (another replica wrote a new one after Redis lost its data); adopted it. Tasks this replica created with the old key since the loss are no longer found; the store reports not ready until the next check confirms the key")
-		return errKeyMismatch
+		return taskstore.ErrOwnerKeyMismatch
 	}
-	if k.gate.mismatch.Swap(false) {
+	if k.gate.SetMismatch(false) {
 		k.log.Info().Msg("owner key: this replica and Redis agree again")
 	}
 	return nil
@@ -257,7 +143,7 @@ func (k *sharedKey) reassert(ctx context.Context, h *proxy.Handler) error {
 // loop retries load until it succeeds, then re-asserts the key every
 // interval, until ctx ends.
 func (k *sharedKey) loop(ctx context.Context, h *proxy.Handler) {
-	for wait := time.Second; !k.gate.ready.Load(); wait = min(2*wait, 10*time.Second) {
+	for wait := time.Second; !k.gate.IsOpen(); wait = min(2*wait, 10*time.Second) {
 		select {
 		case <-ctx.Done():
 			return
@@ -318,9 +204,9 @@ func (p *storeProbe) check(ctx context.Context) error {
 		switch {
 		case taskstore.IsAuthError(err):
 			kind = "auth"
-		case errors.Is(err, errKeyNotLoaded):
+		case errors.Is(err, taskstore.ErrOwnerKeyNotLoaded):
 			kind = "key"
-		case errors.Is(err, errKeyMismatch):
+		case errors.Is(err, taskstore.ErrOwnerKeyMismatch):
 			kind = "key mismatch"
 		}
 		if p.wasUp != 0 || kind != p.lastKind {
@@ -367,4 +253,56 @@ func (p *storeProbe) loop(ctx context.Context, interval time.Duration) {
 			_ = p.check(ctx)
 		}
 	}
+}
+
+// openedStore is the task store openStore connected.
+type openedStore struct {
+	store taskstore.Store
+	admin taskstore.Admin       // the store's operator view; nil when it has none
+	rdb   redis.UniversalClient // nil for the embedded store
+	key   *sharedKey            // non-nil: the owner key is to be read from Redis
+	close func()
+}
+
+// openStore connects the task store: Redis when --redis is set (it need not
+// be up yet: taskgate starts, passes traffic through and reports the store
+// down), else the embedded one. With --redis and no --owner-key, task
+// operations are held back by a taskstore.KeyGate until the shared key is
+// loaded.
+func openStore(o *options, log zerolog.Logger) (*openedStore, error) {
+	cfg := taskstore.Config{CursorKey: []byte(o.ownerKey), OpTimeout: o.storeTimeout,
+		SessionTaskDelay: taskstore.DefaultSessionTaskDelay}
+	if len(cfg.CursorKey) == 0 {
+		cfg.CursorKey = nil
+	}
+	if o.redisURL == "" {
+		s, closer, err := taskstore.NewEmbedded(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("embedded store: %w", err)
+		}
+		log.Warn().Msg("using the embedded task store: tasks live in this process only and are lost when it exits; " +
+			"set --redis to share tasks between replicas and keep them across restarts")
+		return &openedStore{store: s, admin: s, close: closer}, nil
+	}
+	rdb, err := taskstore.Open(o.redisURL)
+	if err != nil {
+		return nil, fmt.Errorf("--redis: %w", err)
+	}
+	if cfg.WaitReplicas, cfg.WaitTimeout, err = taskstore.ReplicaWait(o.redisURL); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("--redis: %w", err)
+	}
+	s, err := taskstore.NewRedis(rdb, cfg)
+	if err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("--redis: %w", err)
+	}
+	out := &openedStore{store: s, rdb: rdb, close: func() { _ = s.Close(); _ = rdb.Close() }}
+	out.admin, _ = any(s).(taskstore.Admin)
+	if o.ownerKey == "" {
+		gate := taskstore.NewKeyGate(s)
+		out.store = gate
+		out.key = &sharedKey{rdb: rdb, store: s, gate: gate, timeout: o.storeTimeout, log: log}
+	}
+	return out, nil
 }

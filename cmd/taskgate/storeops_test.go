@@ -18,10 +18,10 @@ import (
 	"github.com/taskgate/taskgate/taskstore"
 )
 
-// Until the shared owner key is loaded, the operations that create or find
-// tasks answer "unavailable" and Ping says why; once loaded they reach the
-// store, and the key is the one kept in Redis.
-func TestKeyGate(t *testing.T) {
+// Until the shared owner key is loaded, the store's key gate holds task
+// operations back and Ping says why (which operations: taskstore's
+// TestKeyGateMethods); load opens it, and the key is the one kept in Redis.
+func TestSharedKeyLoad(t *testing.T) {
 	mr := miniredis.RunT(t)
 	rdb := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	defer rdb.Close()
@@ -30,32 +30,16 @@ func TestKeyGate(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	gate := &keyGate{Store: s}
+	gate := taskstore.NewKeyGate(s)
 	ctx := context.Background()
-	calls := map[string]func() error{
-		"Create": func() error {
-			return gate.Create(ctx, &taskstore.Task{Owner: "o", Runner: "r", TTL: time.Minute}, taskstore.CreateOptions{})
-		},
-		"Get":            func() error { _, err := gate.Get(ctx, "o", "x"); return err },
-		"Outcome":        func() error { _, _, err := gate.Outcome(ctx, "o", "x"); return err },
-		"List":           func() error { _, _, err := gate.List(ctx, "o", "", 10); return err },
-		"Cancel":         func() error { _, err := gate.Cancel(ctx, "o", "x", "m"); return err },
-		"SessionVersion": func() error { _, err := gate.SessionVersion(ctx, "s"); return err },
-		"SetSessionVersion": func() error {
-			return gate.SetSessionVersion(ctx, "s", "2025-06-18", time.Minute)
-		},
-		"Ping":        func() error { return gate.Ping(ctx) },
-		"BindSession": func() error { return gate.BindSession(ctx, "s", "anone", time.Minute) },
-		"Session":     func() error { _, err := gate.Session(ctx, "s"); return err },
-		"StartSessionTask": func() error {
-			return gate.StartSessionTask(ctx, "s", "x", time.Now().Add(time.Minute))
-		},
-		"CloseSession": func() error { _, err := gate.CloseSession(ctx, "s"); return err },
+	create := func() error {
+		return gate.Create(ctx, &taskstore.Task{Owner: "o", Runner: "r", TTL: time.Minute}, taskstore.CreateOptions{})
 	}
-	for name, call := range calls {
-		if err := call(); !errors.Is(err, taskstore.ErrUnavailable) || !errors.Is(err, errKeyNotLoaded) {
-			t.Errorf("%s before the key: %v; want unavailable, key not loaded", name, err)
-		}
+	if err := create(); !errors.Is(err, taskstore.ErrUnavailable) || !errors.Is(err, taskstore.ErrOwnerKeyNotLoaded) {
+		t.Errorf("Create before the key: %v; want unavailable, key not loaded", err)
+	}
+	if err := gate.Ping(ctx); !errors.Is(err, taskstore.ErrOwnerKeyNotLoaded) {
+		t.Errorf("Ping before the key: %v; want key not loaded", err)
 	}
 	h, err := proxy.New(proxy.Config{Upstream: "http://127.0.0.1:1/mcp"}, nil, gate, zerolog.Nop(), nil)
 	if err != nil {
@@ -66,10 +50,11 @@ func TestKeyGate(t *testing.T) {
 	if err := k.load(ctx, h); err != nil {
 		t.Fatal(err)
 	}
-	for name, call := range calls {
-		if err := call(); errors.Is(err, errKeyNotLoaded) {
-			t.Errorf("%s after the key: %v", name, err)
-		}
+	if err := create(); err != nil {
+		t.Errorf("Create after the key: %v", err)
+	}
+	if err := gate.Ping(ctx); err != nil {
+		t.Errorf("Ping after the key: %v", err)
 	}
 	if v := mr.Exists(taskstore.SharedSecretKey("", ownerKeyName)); !v {
 		t.Error("no owner key in Redis after load")
@@ -90,7 +75,7 @@ func TestSharedKeyReassert(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	gate := &keyGate{Store: s}
+	gate := taskstore.NewKeyGate(s)
 	ctx := context.Background()
 	h, err := proxy.New(proxy.Config{Upstream: "http://127.0.0.1:1/mcp"}, nil, gate, zerolog.Nop(), nil)
 	if err != nil {
@@ -141,8 +126,8 @@ func TestSharedKeyReassert(t *testing.T) {
 	if err := mr.Set(redisKey, other); err != nil {
 		t.Fatal(err)
 	}
-	if err := k.reassert(ctx, h); !errors.Is(err, errKeyMismatch) {
-		t.Errorf("reassert with a different key in Redis: %v, want errKeyMismatch", err)
+	if err := k.reassert(ctx, h); !errors.Is(err, taskstore.ErrOwnerKeyMismatch) {
+		t.Errorf("reassert with a different key in Redis: %v, want ErrOwnerKeyMismatch", err)
 	}
 	if label() != labelWith(other) {
 		t.Error("the handler did not adopt the key found in Redis")
@@ -150,8 +135,8 @@ func TestSharedKeyReassert(t *testing.T) {
 	if n := testutil.ToFloat64(k.mismatches); n != 1 {
 		t.Errorf("mismatches = %v, want 1", n)
 	}
-	if err := gate.Ping(ctx); !errors.Is(err, errKeyMismatch) {
-		t.Errorf("Ping after the mismatch: %v, want errKeyMismatch", err)
+	if err := gate.Ping(ctx); !errors.Is(err, taskstore.ErrOwnerKeyMismatch) {
+		t.Errorf("Ping after the mismatch: %v, want ErrOwnerKeyMismatch", err)
 	}
 	if err := gate.Create(ctx, &taskstore.Task{Owner: "o", Runner: "r", TTL: time.Minute}, taskstore.CreateOptions{}); err != nil {
 		t.Errorf("Create with the adopted key: %v", err)
@@ -170,8 +155,8 @@ func TestSharedKeyReassert(t *testing.T) {
 	if err := k.reassert(ctx, h); !errors.Is(err, taskstore.ErrBadSharedSecret) {
 		t.Errorf("reassert with a bad value: %v, want ErrBadSharedSecret", err)
 	}
-	if err := gate.Ping(ctx); !errors.Is(err, errKeyMismatch) {
-		t.Errorf("Ping with a bad value in Redis: %v, want errKeyMismatch", err)
+	if err := gate.Ping(ctx); !errors.Is(err, taskstore.ErrOwnerKeyMismatch) {
+		t.Errorf("Ping with a bad value in Redis: %v, want ErrOwnerKeyMismatch", err)
 	}
 	if label() != labelWith(other) {
 		t.Error("the handler changed its key for a bad value")

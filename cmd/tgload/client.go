@@ -88,8 +88,8 @@ const acceptBoth = "application/json, text/event-stream"
 
 // client holds one worker's reusable request state.
 type client struct {
-	cfg    *config
-	modern bool // the 2026-07-28 wire (--era 2026): no session, _meta and headers per request
+	cfg      *config
+	wire2026 bool // the 2026-07-28 wire (--era 2026): no session, _meta and headers per request
 	// mcpMethod and mcpName are the Mcp-Method and Mcp-Name headers of the
 	// 2026 request being sent (rpc26).
 	mcpMethod, mcpName string
@@ -101,7 +101,7 @@ type client struct {
 }
 
 func newClient(cfg *config, worker int) *client {
-	c := &client{cfg: cfg, modern: cfg.era == era2026, req: fasthttp.AcquireRequest(), resp: fasthttp.AcquireResponse()}
+	c := &client{cfg: cfg, wire2026: cfg.era == era2026, req: fasthttp.AcquireRequest(), resp: fasthttp.AcquireResponse()}
 	if cfg.authPrefix != "" {
 		c.auth = "Bearer " + cfg.authPrefix + strconv.Itoa(worker)
 	}
@@ -121,7 +121,7 @@ func (c *client) post(s *session, body []byte, id int64, accept string, initiali
 	req.Header.SetContentType("application/json")
 	req.Header.Set("Accept", accept)
 	switch {
-	case c.modern:
+	case c.wire2026:
 		req.Header.Set("MCP-Protocol-Version", era2026)
 		req.Header.Set("Mcp-Method", c.mcpMethod)
 		if c.mcpName != "" {
@@ -241,7 +241,7 @@ func (c *client) rpc(s *session, body []byte, id int64, accept string) (answer, 
 // is just the target.
 func (c *client) initialize(t *target) (*session, error) {
 	s := &session{t: t}
-	if c.modern {
+	if c.wire2026 {
 		return s, nil
 	}
 	id := c.nextID()

@@ -210,7 +210,7 @@ func (w *worker) createPoll26() error {
 // answered inline returns an empty id, and is counted when it started in
 // the window.
 func (w *worker) create(s *session, tool string, args []byte) (string, error) {
-	if !w.c.modern {
+	if !w.c.wire2026 {
 		return w.c.create(s, tool, args, "")
 	}
 	t0 := time.Now()

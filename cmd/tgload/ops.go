@@ -54,7 +54,7 @@ func (c *client) taskBody(id int64, method, taskID string) []byte {
 // Operations. Each checks the answer's shape.
 
 func (c *client) call(s *session) error {
-	if c.modern {
+	if c.wire2026 {
 		return c.call26(s)
 	}
 	id := c.nextID()
@@ -101,7 +101,7 @@ func (c *client) create(s *session, tool string, args []byte, progress string) (
 }
 
 func (c *client) get(s *session, taskID string) (string, error) {
-	if c.modern {
+	if c.wire2026 {
 		t, err := c.get26(s, taskID)
 		return t.Status, err
 	}

@@ -160,7 +160,7 @@ func (w *worker) iterate(mode string) error {
 			return err
 		})
 	case "create-result":
-		if w.c.modern {
+		if w.c.wire2026 {
 			err = w.createPoll26()
 			break
 		}

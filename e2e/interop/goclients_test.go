@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"sync"
@@ -225,7 +226,7 @@ func (a *gosdkAdapter) connect(ctx context.Context) (string, string, error) {
 	})
 	var tr gosdk.Transport
 	if a.tgt.URL != "" {
-		tr = &gosdk.StreamableClientTransport{Endpoint: a.tgt.URL}
+		tr = &gosdk.StreamableClientTransport{Endpoint: a.tgt.URL, HTTPClient: withHeaders(a.tgt.Headers)}
 	} else {
 		cmd := exec.Command(a.tgt.Command, a.tgt.Args...)
 		cmd.Env = append(os.Environ(), envList(a.tgt.Env)...)
@@ -297,4 +298,26 @@ func envList(env map[string]string) []string {
 		out = append(out, k+"="+v)
 	}
 	return out
+}
+
+// withHeaders returns an HTTP client that sends headers with every
+// request (nil, the default client, when there are none).
+func withHeaders(headers map[string]string) *http.Client {
+	if len(headers) == 0 {
+		return nil
+	}
+	return &http.Client{Transport: headerTransport{headers, http.DefaultTransport}}
+}
+
+type headerTransport struct {
+	headers map[string]string
+	next    http.RoundTripper
+}
+
+func (h headerTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	req = req.Clone(req.Context())
+	for k, v := range h.headers {
+		req.Header.Set(k, v)
+	}
+	return h.next.RoundTrip(req)
 }

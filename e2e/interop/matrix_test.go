@@ -24,6 +24,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/taskgate/taskgate/e2e/e2etest"
 )
 
 var update = flag.Bool("update", false, "rewrite the matrix in README.md from this run")
@@ -38,7 +40,10 @@ type call struct {
 
 // target is where a client connects: a URL, or a stdio command.
 type target struct {
-	URL     string            `json:"url,omitempty"`
+	URL string `json:"url,omitempty"`
+	// Headers go with every HTTP request (the clients of the 2026 wire
+	// through taskgate send Authorization: see runCell).
+	Headers map[string]string `json:"headers,omitempty"`
 	Command string            `json:"command,omitempty"`
 	Args    []string          `json:"args,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
@@ -219,7 +224,7 @@ func jsDriver(script string) func(t *testing.T, cfg cellConfig) runOut {
 		defer cancel()
 		cmd := exec.CommandContext(ctx, "node", filepath.Join(npmDir, script), string(b))
 		cmd.Dir = npmDir
-		var stderr syncBuffer
+		var stderr e2etest.Buffer
 		cmd.Stderr = &stderr
 		stdout, err := cmd.Output()
 		return parseRun(t, script, stdout, stderr.String(), err)
@@ -230,7 +235,7 @@ func parseRun(t *testing.T, what string, stdout []byte, stderr string, runErr er
 	lines := strings.Split(strings.TrimSpace(string(stdout)), "\n")
 	var out runOut
 	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &out); err != nil || out["init"] == nil {
-		t.Logf("%s: %v; output %q; stderr %s", what, runErr, tail(string(stdout), 2000), tail(stderr, 3000))
+		t.Logf("%s: %v; output %q; stderr %s", what, runErr, e2etest.Tail(string(stdout), 2000), e2etest.Tail(stderr, 3000))
 		return runOut{"init": {"ok": false, "error": map[string]any{"message": fmt.Sprintf("driver failed: %v", runErr)}}}
 	}
 	return out
@@ -278,7 +283,7 @@ func inspectorDriver(t *testing.T, cfg cellConfig) runOut {
 		cmd := exec.CommandContext(ctx, "node", append(append(append([]string{}, base...), args...), "--format", "json", "-q")...)
 		cmd.Dir = npmDir
 		cmd.Env = append(os.Environ(), "HOME="+home, "MCP_CATALOG_PATH="+filepath.Join(home, "catalog.json"))
-		var stderr syncBuffer
+		var stderr e2etest.Buffer
 		cmd.Stderr = &stderr
 		stdout, runErr := cmd.Output()
 		var env map[string]any
@@ -290,7 +295,7 @@ func inspectorDriver(t *testing.T, cfg cellConfig) runOut {
 			text = text[i+1:]
 		}
 		if err := json.Unmarshal([]byte(text), &env); err != nil {
-			return nil, fmt.Errorf("inspector: %v: %s", runErr, tail(stderr.String()+string(stdout), 500))
+			return nil, fmt.Errorf("inspector: %v: %s", runErr, e2etest.Tail(stderr.String()+string(stdout), 500))
 		}
 		if e, ok := env["error"].(map[string]any); ok {
 			return nil, fmt.Errorf("inspector error %v: %v", e["code"], e["message"])
@@ -374,7 +379,7 @@ func jsonEqual(a, b any) bool { return reflect.DeepEqual(a, b) }
 
 func brief(v any) string {
 	b, _ := json.Marshal(v)
-	return tail(string(b), 300)
+	return e2etest.Tail(string(b), 300)
 }
 
 // judge compares the direct run d with the run through taskgate g (and,
@@ -580,6 +585,25 @@ func TestInterop(t *testing.T) {
 }
 
 // runCell runs the cell directly and through taskgate and judges it.
+// credentials are the headers client number n of a cell sends through
+// taskgate. A client of the 2026 wire sends an Authorization of its own,
+// as it would to a deployed gateway: that wire has no sessions, and a
+// request without credentials is a caller of its own (see
+// proxy/anonymous.md), so without one the server state a client builds up
+// (a thought history, the call counts the cancel check reads, which over
+// stdio live in one process per upstream session) would not carry from one
+// of its requests to the next, while directly its one connection keeps
+// them. That rule is checked by e2e's TestModernAnonymousIsolation; each
+// client here has its own credential, so the isolation check still sees
+// one client's state kept from another. Clients of the 2025 wire have
+// sessions and send none.
+func credentials(c client, n string) map[string]string {
+	if c.era != "2026" {
+		return nil
+	}
+	return map[string]string{"Authorization": "Bearer interop-client-" + n}
+}
+
 func runCell(t *testing.T, s server, c client) map[string]verdict {
 	base := s.calls
 	base.Era = c.era
@@ -593,12 +617,12 @@ func runCell(t *testing.T, s server, c client) map[string]verdict {
 	up := s.start(t, dir)
 	gw := startTaskgate(t, up, s.policy)
 	cfg = withRoot(base, up)
-	cfg.Target, cfg.Gateway = target{URL: gw}, true
+	cfg.Target, cfg.Gateway = target{URL: gw, Headers: credentials(c, "1")}, true
 	g := c.run(t, cfg)
 
 	var iso runOut
 	if s.stateful && ok(d, "plain") {
-		second := cellConfig{Target: target{URL: gw}, Era: c.era, Gateway: true, Plain: cfg.Plain}
+		second := cellConfig{Target: target{URL: gw, Headers: credentials(c, "2")}, Era: c.era, Gateway: true, Plain: cfg.Plain}
 		iso = c.run(t, second)
 	}
 	v := judge(s, c, d, g, iso)
@@ -637,16 +661,4 @@ func timings(o runOut) map[string]any {
 // failing (a gap that passes shows as ✓ and then differs from the table in
 // README.md, which fails the run until both are updated). Any other failure
 // fails the test.
-var knownGaps = map[string]string{
-	"server-filesystem 2026.8.31 (stdio) × TS SDK v2 2.4.0 + ext-tasks 0.2.2 (2026): tools":         "a request without credentials gets an upstream session of its own (the anonymous rule); server-filesystem asks that session for roots, which the 2026 request did not declare (-32021)",
-	"server-filesystem 2026.8.31 (stdio) × TS SDK v2 2.4.0 + ext-tasks 0.2.2 (2026): task":          "as for tools: the roots request of server-filesystem on the request's own upstream session",
-	"server-sequential-thinking 2026.8.31 (stdio) × TS SDK v2 2.4.0 + ext-tasks 0.2.2 (2026): task": "directly the client's calls share one server session (history 2); through taskgate each request without credentials gets its own (history 1), by the anonymous rule",
-	"server-everything 2026.8.31 (stdio) × go-sdk v1.8.0 (2026): tools":                             "the 2026 bridge opens its upstream session declaring sampling and roots, so server-everything lists tools it hides from a client without them",
-	"server-everything 2026.8.31 (stdio) × TS SDK v2 2.4.0 + ext-tasks 0.2.2 (2026): tools":         "the 2026 bridge opens its upstream session declaring sampling and roots, so server-everything lists tools it hides from a client without them",
-	"go-sdk v1.8.0 (legacy-mcp) (HTTP) × go-sdk v1.8.0 (2026): cancel":                              "the 2026 bridge answers go-sdk's notifications/cancelled with HTTP 400",
-	"go-sdk v1.8.0 (legacy-mcp) (stdio) × go-sdk v1.8.0 (2026): cancel":                             "the 2026 bridge answers go-sdk's notifications/cancelled with HTTP 400",
-	"TS SDK v2 2.4.0 (tsv2-server.mjs) (stdio) × go-sdk v1.8.0 (2026): cancel":                      "the 2026 bridge answers go-sdk's notifications/cancelled with HTTP 400",
-	"TS SDK v2 2.4.0 (tsv2-server.mjs) (HTTP) × go-sdk v1.8.0 (2026): cancel":                       "a 2026 upstream passed through: the cancellation of a plain call does not reach the server",
-	"go-sdk v1.8.0 (legacy-mcp) (stdio) × TS SDK v2 2.4.0 + ext-tasks 0.2.2 (2026): cancel":         "tasks/cancel of a task on a stdio upstream from a request without credentials gets no answer within 20 s",
-	"TS SDK v2 2.4.0 (tsv2-server.mjs) (stdio) × TS SDK v2 2.4.0 + ext-tasks 0.2.2 (2026): cancel":  "tasks/cancel of a task on a stdio upstream from a request without credentials gets no answer within 20 s",
-}
+var knownGaps = map[string]string{}

@@ -97,18 +97,19 @@
 //
 // # What the wire layers do
 //
-// Package proxy is the HTTP front. Its 2025-11-25 wire (tasks.go,
-// streams.go, sessions.go) parses tools/call's params.task and the
-// tasks/* requests, derives owners, renders CreateTaskResult, the flat
-// Task, tasks/result with the related-task _meta, notifications/tasks/
-// status, the SSE streams that carry a task's messages, and maps the
-// engine's errors to JSON-RPC errors. Its 2026-07-28 wire (modern*.go,
-// proxy/wire2026) renders the same stored tasks and raw outcomes in the
-// tasks extension's shapes. Both create, read, wait and cancel through one
-// Engine. The 2025-era upstream's call (a JSON or SSE answer, with the
-// upstream's notifications and questions on the way) and the 2026-era
-// upstream's (input rounds) live in proxy's taskUpstream, the Upstream
-// implementation.
+// Package proxy is the HTTP front; the wire eras are packages of their
+// own behind package proxy/wire. The 2025-11-25 era (proxy/wire/v20251125)
+// parses tools/call's params.task and the tasks/* requests, renders
+// CreateTaskResult, the flat Task, tasks/result with the related-task
+// _meta, notifications/tasks/status, the SSE streams that carry a task's
+// messages, and maps the engine's errors to JSON-RPC errors; the front
+// derives owners. The 2026-07-28 era (proxy/wire/v20260728) renders the
+// same stored tasks and raw outcomes in the tasks extension's shapes. Both
+// create, read, wait and cancel through one Engine. The Upstream
+// implementation is wire.Runner, which leaves each call to its era's
+// wire.Call: a 2025-era upstream's call (a JSON or SSE answer, with the
+// upstream's notifications and questions on the way) or a 2026-era
+// upstream's (input rounds).
 //
 // Store operations take the caller's context; the store bounds each one
 // itself (taskstore.Config.OpTimeout) when the context has no deadline, so

@@ -90,3 +90,49 @@ func TestPollScheduleCost(t *testing.T) {
 	}
 	t.Logf("worst delay over 10 ms..1 h: %.2f of the allowed", worst)
 }
+
+// floorPolls is the fewest polls any schedule needs to see a task of
+// duration d end while keeping the delay within max(PollMin, share·d): the
+// greedy schedule, which after a poll at age t waits the most the bound
+// allows, max(PollMin, share·t) (a task that ends just after t is owed no
+// more). Greedy is optimal: x ↦ x + max(PollMin, share·x) is increasing,
+// so by induction its k-th poll is never earlier than any valid
+// schedule's.
+func floorPolls(d time.Duration, share float64) int {
+	n := 0
+	for at := time.Duration(0); at < d; n++ {
+		at += max(PollMin, time.Duration(share*float64(at)))
+	}
+	return n
+}
+
+// The schedule is within two polls of the floor for the delay bound
+// max(100 ms, 5 % of the duration) at every duration from 100 ms to 10
+// minutes: no schedule meeting that bound polls a 10-minute task about 100
+// times (the floor is 137). The floor for other shares shows what a looser
+// bound would buy: about 100 polls for 10 minutes needs 7.5 % (98).
+func TestPollScheduleFloor(t *testing.T) {
+	const bound = 30 * time.Second
+	for d := 100 * time.Millisecond; d <= 10*time.Minute; d += d / 50 {
+		polls, _ := followSchedule(d, bound, 0)
+		if floor := floorPolls(d, 1.0/PollShare); polls > floor+2 {
+			t.Fatalf("task of %v: %d polls, the floor for 5 %% is %d", d, polls, floor)
+		}
+	}
+	for _, tc := range []struct {
+		share float64
+		d     time.Duration
+		want  int
+	}{
+		{share: 0.05, d: 2 * time.Second, want: 20},
+		{share: 0.05, d: 30 * time.Second, want: 76},
+		{share: 0.05, d: 10 * time.Minute, want: 137},
+		{share: 0.075, d: 2 * time.Second, want: 19},
+		{share: 0.075, d: 10 * time.Minute, want: 98},
+		{share: 0.10, d: 10 * time.Minute, want: 78},
+	} {
+		if got := floorPolls(tc.d, tc.share); got != tc.want {
+			t.Errorf("floorPolls(%v, %.3f) = %d, want %d", tc.d, tc.share, got, tc.want)
+		}
+	}
+}

@@ -75,7 +75,10 @@ func (c *Client) Relay(rc *fasthttp.RequestCtx) (*Relayed, error) {
 	resp := fasthttp.AcquireResponse()
 	resp.StreamBody = true
 	resp.SkipBody = req.Header.IsHead()
-	if err := resp.Read(uc.br); err != nil {
+	unwatch := awaitHeader(uc, rc.Conn())
+	err = resp.Read(uc.br)
+	unwatch()
+	if err != nil {
 		fasthttp.ReleaseResponse(resp)
 		_ = uc.Close()
 		return nil, err
@@ -102,6 +105,36 @@ func (c *Client) Relay(rc *fasthttp.RequestCtx) (*Relayed, error) {
 	resp.Header.CopyTo(&rc.Response.Header)
 	r.release()
 	return nil, nil
+}
+
+// awaitHeader runs before the read of an answer's header. A client that
+// leaves while the upstream works on its request (a 2026 client abandons a
+// call by closing its request) must be seen then too, not only during a
+// streamed body (Relayed.awaitOrWatch): closing the upstream connection
+// shows the upstream that the request was abandoned, as the client's own
+// close would have directly. As there, the watch starts only once the
+// upstream has been silent for watchAfter (at once over TLS); unwatch ends
+// it and must be called before the client's connection is read again.
+func awaitHeader(uc *conn, client net.Conn) (unwatch func()) {
+	if client == nil {
+		return func() {}
+	}
+	if ic, ok := uc.Conn.(*idleConn); ok {
+		ic.until = time.Now().Add(watchAfter)
+		_, err := uc.br.Peek(1)
+		ic.until = time.Time{}
+		if err == nil || !isTimeout(err) {
+			return func() {} // the answer has come, or its read reports the failure
+		}
+	}
+	return sysconn.WatchClose(client, func() { _ = uc.Close() })
+}
+
+// isTimeout reports whether err is a timeout (of a read deadline). Only
+// called with an error: the net.Error it declares escapes to the heap.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // bodyBuffered reports whether the rest of resp's body is already in br,
@@ -245,8 +278,7 @@ func (r *Relayed) awaitOrWatch() {
 		ic.until = time.Now().Add(watchAfter)
 		_, err := r.c.br.Peek(1)
 		ic.until = time.Time{}
-		var ne net.Error
-		if err == nil || !errors.As(err, &ne) || !ne.Timeout() {
+		if err == nil || !isTimeout(err) {
 			return // more has come, or the read reports the failure
 		}
 	}

@@ -181,7 +181,7 @@ func trySpawn(t testing.TB, bin string, extra []string) (string, error) {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	deadline := time.Now().Add(startTimeout)
 	for backoff := 5 * time.Millisecond; ; backoff = min(2*backoff, 100*time.Millisecond) {
-		if reply, err := command(addr, "PING"); err == nil && strings.Contains(reply, "PONG") {
+		if reply, err := Command(addr, "PING"); err == nil && strings.Contains(reply, "PONG") {
 			break
 		}
 		select {
@@ -213,7 +213,7 @@ func waitFor(t testing.TB, addr, cmd string, ok func(string) bool) {
 	deadline := time.Now().Add(startTimeout)
 	var last string
 	for backoff := 5 * time.Millisecond; time.Now().Before(deadline); backoff = min(2*backoff, 100*time.Millisecond) {
-		reply, err := command(addr, cmd)
+		reply, err := Command(addr, cmd)
 		if err == nil && ok(reply) {
 			return
 		}
@@ -223,9 +223,12 @@ func waitFor(t testing.TB, addr, cmd string, ok func(string) bool) {
 	t.Fatalf("redistest: %s on %s: no success within %v, last: %s", cmd, addr, startTimeout, last)
 }
 
-// command sends one inline command and returns the raw reply (a simple
-// string, error or one bulk string).
-func command(addr, cmd string) (string, error) {
+// Command sends cmd as one inline command to the Redis at addr and returns
+// the reply: a simple string, error or integer line as sent ("+PONG\r\n"),
+// or the payload of one bulk string followed by "\r\n" ("$-1\r\n" for
+// nil). Each call dials anew; it is meant for readiness checks and
+// inspecting a server in tests.
+func Command(addr, cmd string) (string, error) {
 	c, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return "", err

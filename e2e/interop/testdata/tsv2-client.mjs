@@ -46,7 +46,7 @@ await main(async (cfg) => {
     if (n.method === 'notifications/progress') progressByToken.get(n.params?.progressToken)?.();
   };
   const transport = cfg.target.url
-    ? new StreamableHTTPClientTransport(new URL(cfg.target.url))
+    ? new StreamableHTTPClientTransport(new URL(cfg.target.url), { requestInit: { headers: cfg.target.headers ?? {} } })
     : new StdioClientTransport({ command: cfg.target.command, args: cfg.target.args ?? [],
       env: { ...process.env, ...(cfg.target.env ?? {}) }, stderr: 'ignore' });
 
@@ -57,6 +57,7 @@ await main(async (cfg) => {
     const res = await fetch(cfg.target.url, {
       method: 'POST',
       headers: {
+        ...(cfg.target.headers ?? {}),
         'content-type': 'application/json', accept: 'application/json, text/event-stream', 'mcp-protocol-version': MODERN,
         'mcp-method': request.method,
         ...(request.params?.name !== undefined ? { 'mcp-name': String(request.params.name) } : {}),
