@@ -372,9 +372,10 @@ func (s *Redis) withdraw(ctx context.Context, t *Task, keepIndex int64) {
 }
 
 // withdrawOnce runs withdrawCmd for t once (on a Cluster pipelined with the
-// removal of the admin entries, which live in other slots; there a late
-// create's own pipelined admin entries may still come after it: AdminList
-// and AdminFind skip and prune entries whose task is gone).
+// removal of the admin entries, which live in other slots). A late
+// create's admin entries, pipelined beside its script (always on a
+// Cluster, without a cap on a single node), may still come after it:
+// AdminList and AdminFind skip and prune entries whose task is gone.
 func (s *Redis) withdrawOnce(ctx context.Context, t *Task, keepIndex int64) error {
 	ctx, cancel := context.WithTimeout(ctx, max(s.opTimeout, withdrawMinTimeout))
 	defer cancel()
