@@ -8,6 +8,9 @@ import (
 	"time"
 
 	gocmp "github.com/google/go-cmp/cmp"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/taskgate/taskgate/taskstore/redistest"
 )
 
 // adminTasks creates a mix of tasks over two owners, tools, runners and
@@ -198,10 +201,111 @@ func testAdminFindStats(t *testing.T, b *backend) {
 		_, err := s.AdminFind(ctx, short.ID)
 		return errors.Is(err, ErrNotFound)
 	})
-	if st, err := s.AdminStats(ctx); err != nil || st.ByStatus[Working] != 6 {
-		t.Errorf("AdminStats after expiry = %+v, %v; want 6 working", st, err)
+	// The Redis store counts a task until the end of its expiry second.
+	var after AdminStats
+	waitFor(t, 5*time.Second, func() bool {
+		after, err = s.AdminStats(ctx)
+		return err == nil && after.ByStatus[Working] == 6
+	})
+	if err != nil || after.ByStatus[Working] != 6 {
+		t.Errorf("AdminStats after expiry = %+v, %v; want 6 working", after, err)
 	}
 	if got := adminAll(t, s, AdminFilter{}); slices.Contains(got, short.ID) {
 		t.Errorf("AdminList lists the expired task")
 	}
+}
+
+// TestAdminStatsCountersRedis checks that the Redis store's AdminStats,
+// which comes from counters (stats_redis.go), counts exactly on a
+// redis-server holding many tasks changed by two replicas, and that it
+// reads no task: its commands do not grow with the number of tasks.
+func TestAdminStatsCountersRedis(t *testing.T) {
+	addr := redistest.Start(t)
+	prefix := uniquePrefix()
+	a := storeOn(t, redis.NewClient(clientOpts(addr)), prefix, Config{}, true)
+	b := storeOn(t, redis.NewClient(clientOpts(addr)), prefix, Config{}, true)
+	admin := redis.NewClient(clientOpts(addr))
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx := testCtx(t)
+	tools := []string{"build", "deploy", "test", "lint"}
+	const n = 3000
+	want := newAdminStats()
+	var tasks []*Task
+	for i := range n {
+		s := []*Redis{a, b}[i%2]
+		tk := newTask([]string{ownerA, ownerB, "owner-c"}[i%3])
+		tk.Tool = tools[i%len(tools)]
+		tasks = append(tasks, mustCreate(t, s, tk, CreateOptions{}))
+	}
+	for i, tk := range tasks {
+		// Cancels and updates come through either replica, outcomes from
+		// the one that runs the task (created it), as in taskgate.
+		s, runner := []*Redis{a, b}[(i/2)%2], []*Redis{a, b}[i%2]
+		var err error
+		switch i % 5 {
+		case 0:
+			_, err = runner.Finish(ctx, tk.Owner, tk.ID, Completed, "", benchOutcome)
+		case 1:
+			// The client cancels, possibly on another replica; the runner
+			// then records its late outcome where it runs, refused.
+			if _, err = s.Cancel(ctx, tk.Owner, tk.ID, ""); err == nil {
+				_, err = runner.Finish(ctx, tk.Owner, tk.ID, Completed, "", benchOutcome)
+				if errors.Is(err, ErrTerminal) {
+					err = nil
+				}
+			}
+		case 2:
+			_, err = s.Update(ctx, tk.Owner, tk.ID, InputRequired, "")
+		case 3:
+			if _, err = runner.Finish(ctx, tk.Owner, tk.ID, Failed, "", Outcome{Kind: OutcomeInternal}); err == nil {
+				_, err = s.Cancel(ctx, tk.Owner, tk.ID, "") // refused: counted once
+				if errors.Is(err, ErrTerminal) {
+					err = nil
+				}
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tk := range tasks {
+		want.add(mustGet(t, a, tk.Owner, tk.ID))
+	}
+	if err := b.flushStats(ctx); err != nil { // the other replica's last changes
+		t.Fatal(err)
+	}
+	if err := a.flushStats(ctx); err != nil { // so that only AdminStats's reads are counted
+		t.Fatal(err)
+	}
+	if err := admin.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	got, err := a.AdminStats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := gocmp.Diff(want, got); diff != "" {
+		t.Errorf("AdminStats over %d tasks (-want +got):\n%s", n, diff)
+	}
+	st, err := readCommandStats(ctx, admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seconds := map[int64]bool{}
+	for _, tk := range tasks {
+		seconds[bucketOf(tk.ExpiresAt().UnixMilli())] = true
+	}
+	// Two range reads, one HGETALL per expiry second and per replica with
+	// running tasks; no task read. (A replica's timer may write its
+	// oldest running tasks meanwhile: those writes are not counted.)
+	for name, c := range st {
+		switch {
+		case name == "zrangebyscore" && c.calls > 2,
+			name == "hgetall" && c.calls > int64(len(seconds)+2),
+			name == "hmget" || name == "hget" || name == "zrange" || name == "zrevrangebyscore":
+			t.Errorf("AdminStats over %d tasks in %d expiry seconds ran %s %d times: %v", n, len(seconds), name, c.calls, st)
+		}
+	}
+	calls := st["zrangebyscore"].calls + st["hgetall"].calls
+	t.Logf("AdminStats over %d tasks (%d expiry seconds): %d reads", n, len(seconds), calls)
 }

@@ -84,6 +84,9 @@ func TestCommandCounts(t *testing.T) {
 	s := storeOn(t, rdb, uniquePrefix(), Config{}, true)
 	// tg is a replica configured as taskgate configures it.
 	tg := storeOn(t, redis.NewClient(clientOpts(addr)), s.k.prefix, Config{SessionTaskDelay: DefaultSessionTaskDelay}, true)
+	// The AdminStats counters are written every statFlush, not per task:
+	// no timer here, so no write lands in an operation's count.
+	s.stats.noTimer, tg.stats.noTimer = true, true
 	admin := redis.NewClient(clientOpts(addr))
 	t.Cleanup(func() { _ = admin.Close() })
 	ctx := testCtx(t)
@@ -181,33 +184,32 @@ func wholeTask(ctx context.Context, s Store, owner string, maxPerOwner int) erro
 	return err
 }
 
-// logUsec logs the Redis command time of one operation (INFO
-// commandstats, summed over every command, script and the commands it
-// ran alike, as Redis counts them), for information: time is not asserted.
+// taskUsecGoal is the Redis command time a whole task should cost: INFO
+// commandstats's usec summed over every line, so the commands a script
+// runs count in EVALSHA's line and again in their own. Reported, not
+// asserted: it is wall-clock time inside redis-server and moves with the
+// machine's load.
+const taskUsecGoal = 40
+
+// logUsec measures and logs the Redis command time of one operation
+// (INFO commandstats; see taskUsecGoal) and the scripts' share. It fails
+// only when nothing could be measured.
 func logUsec(t *testing.T, op string, ctx context.Context, admin *redis.Client) {
 	t.Helper()
-	info, err := admin.Info(ctx, "commandstats").Result()
+	st, err := readCommandStats(ctx, admin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var usec, evalsha int64
-	for _, line := range strings.Split(info, "\n") {
-		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" || strings.HasPrefix(name, "cmdstat_config") {
-			continue
-		}
-		for _, kv := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(kv, "usec="); ok {
-				n, _ := strconv.ParseInt(v, 10, 64)
-				usec += n
-				if name == "cmdstat_evalsha" {
-					evalsha += n
-				}
-			}
-		}
+	_, usec, evalsha := costTotals(st, opRuns)
+	if usec <= 0 && op != "Get" && op != "Outcome" && op != "Result" {
+		t.Errorf("%s: no Redis command time measured (%v)", op, st)
 	}
-	t.Logf("%-10s %.1f µs of Redis command time per operation (%.1f of it EVALSHA, nested commands included)",
-		op, float64(usec)/opRuns, float64(evalsha)/opRuns)
+	note := ""
+	if _, ok := taskBudgets[op]; ok {
+		note = fmt.Sprintf(" (goal for a whole task: %d µs)", taskUsecGoal)
+	}
+	t.Logf("%-10s %.1f µs of Redis command time per operation, every commandstats line summed; %.1f of it EVALSHA, the commands it ran included%s",
+		op, usec, evalsha, note)
 }
 
 // checkBudget compares one operation's command counts (over opRuns runs)

@@ -84,10 +84,12 @@
 // P:tasks (member "<owner>/<id>", score its creation ms) and has an
 // owner-by-id key P:id:<id> expiring with it, so operators list tasks
 // across owners newest first and find a task's owner from its id without
-// scanning the keyspace. On a single node Create's script writes both; on
-// a Cluster, where they live in other slots than the owner's keys, they
-// are pipelined beside it. Members of expired tasks are removed by
-// AdminList and AdminStats when met and by Recover (the oldest ones).
+// scanning the keyspace. Create pipelines both beside its script as plain
+// commands (inside it only for a capped create on a single node, so a
+// refused create writes neither). Members of expired tasks are removed by
+// AdminList when met and by Recover (the oldest ones). AdminStats reads no
+// task: it sums counters each store writes every 250 ms
+// (stats_redis.go).
 //
 // Wake-ups: scripts that change a task PUBLISH on the task's channel; Watch
 // shares one pub/sub connection per Redis value. A session channel is

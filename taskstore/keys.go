@@ -3,6 +3,7 @@ package taskstore
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"strconv"
 	"strings"
 )
 
@@ -40,8 +41,15 @@ import (
 //	                             (nothing adds to it any more)
 //	P:tasks               zset   admin index: member "<owner>/<id>", score = CreatedAt ms; every
 //	                             task until it expires (AdminList; pruned of members whose
-//	                             task is gone by AdminList, AdminStats and Recover)
+//	                             task is gone by AdminList and Recover)
 //	P:id:<id>             string the task's owner (AdminFind); expires with the task
+//	P:st:<s>              hash   AdminStats counters of the tasks expiring in the second before
+//	                             unix second s: "<status>\x1f<tool>" -> count (stats_redis.go);
+//	                             expires a minute after s
+//	P:stb                 zset   the seconds s of the P:st:<s> keys (member = score = s)
+//	P:sr:<instance>       hash   a store instance's oldest running task per tool: tool -> CreatedAt
+//	                             ms; expires 3 s after its latest write
+//	P:srs                 zset   member instance, score = until when its P:sr hash counts
 //	P:sess:<sha256 hex>   string upstream protocol version of a session
 //	P:srec:<sess>         hash   session record: bound credential, closing mark, running
 //	                             calls (sessions.go); expires after the binding's ttl or
@@ -78,6 +86,16 @@ func (k keys) adminIndex() string { return k.prefix + ":tasks" }
 
 // taskOwner maps a task id to its owner (its own slot).
 func (k keys) taskOwner(id string) string { return k.prefix + ":id:" + id }
+
+// statBucket, statBuckets, statRunner and statRunners are the AdminStats
+// counters (stats_redis.go; global keys, each its own slot).
+func (k keys) statBucket(sec int64) string { return k.prefix + ":st:" + strconv.FormatInt(sec, 10) }
+
+func (k keys) statBuckets() string { return k.prefix + ":stb" }
+
+func (k keys) statRunner(inst string) string { return k.prefix + ":sr:" + inst }
+
+func (k keys) statRunners() string { return k.prefix + ":srs" }
 
 func (k keys) queue(owner, id string) string { return k.queuePrefix(owner) + id }
 

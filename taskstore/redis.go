@@ -127,14 +127,16 @@ func (cfg Config) cursorKey(who string) ([]byte, error) {
 // concurrent use. Close releases its Watch subscription.
 type Redis struct {
 	rdb redis.UniversalClient
-	// fused: the admin index and owner-by-id key are written inside
-	// createCmd rather than by pipelined commands beside it; only possible
-	// when all keys live on one node, i.e. not on a Cluster.
+	// fused: a capped Create writes the admin index and owner-by-id key
+	// inside createCmd rather than by pipelined commands beside it (so a
+	// create refused at the cap writes neither); only possible when all
+	// keys live on one node, i.e. not on a Cluster.
 	fused bool
 	keep  keepCache    // long-lived keys this replica already extended
 	beats runnerBeats  // runners this store renews (runners.go)
 	lazy  lazyCalls    // task calls not yet recorded on their session (sessions.go)
 	reads *readBatcher // batches the HMGETs of Get and Outcome
+	stats statCounts   // AdminStats counters not yet written (stats_redis.go)
 	k     keys
 	now   func() time.Time
 	cursors
@@ -172,6 +174,7 @@ func NewRedis(rdb redis.UniversalClient, cfg Config) (*Redis, error) {
 	_, cluster := rdb.(*redis.ClusterClient)
 	s := &Redis{rdb: rdb, fused: !cluster, k: keys{prefix: cfg.Prefix}, now: cfg.Now, cursors: newCursors(mac), sTTL: cfg.SessionTTL, opTimeout: cfg.OpTimeout, stop: make(chan struct{})}
 	s.reads = newReadBatcher(rdb)
+	s.stats.flush = s.flushStats
 	s.beats.beat = s.heartbeat
 	s.lazy.delay = cfg.SessionTaskDelay
 	if !cluster && cfg.WaitReplicas > 0 {
@@ -188,6 +191,7 @@ func NewRedis(rdb redis.UniversalClient, cfg Config) (*Redis, error) {
 // does not close a client passed to NewRedis. Close is idempotent.
 func (s *Redis) Close() error {
 	s.closeOnce.Do(func() {
+		s.stats.close()
 		close(s.stop)
 		s.bg.Wait()
 		s.beats.close()
@@ -206,22 +210,23 @@ func (s *Redis) nowMS() int64 { return s.now().UnixMilli() }
 
 // Create implements Store. It validates t, fills in t.ID (NewID when empty),
 // t.Status (working), t.CreatedAt and t.UpdatedAt (both the store clock,
-// ms precision), and stores it in one round trip: createCmd, which on a
-// single node also adds the task to the admin index and its owner-by-id
-// key; on a Cluster createCmd on the owner's slot pipelined with
-// zaddKeepCmd on the admin index and a SET. The lease is the task hash's
+// ms precision), and stores it in one round trip: createCmd on the
+// owner's slot pipelined with a ZADD NX on the admin index (zaddKeepCmd
+// once per keepStep, to extend its expiry) and a SET NX of the
+// owner-by-id key; with a cap on a single node createCmd writes those two
+// itself. The lease is the task hash's
 // lease field; the first Create of a runner also registers the runner in
 // the runner zset (same round trip) and starts its heartbeat (runners.go):
 // no lease entry is written per task. t.StatusMessage is kept as the
 // initial message. opt.Lease <= 0 means DefaultLease. With ErrOwnerLimit
-// nothing is stored (on a Cluster the pipelined admin entries are removed
-// by a second, error-path-only request). Any other error means the same:
-// when the outcome is unknown (the operation timed out, the connection
-// broke, WAIT failed), Create withdraws the id before returning
-// (withdrawCmd), so a createCmd that Redis ran, or runs later, leaves no
-// task that Get, List or the owner's MaxPerOwner count would see; only if
-// the withdrawal fails as well (Redis unreachable) does it go on in the
-// background.
+// nothing is stored (where the admin entries were pipelined beside the
+// script, they are removed by a second, error-path-only request). Any
+// other error means the same: when the outcome is unknown (the operation
+// timed out, the connection broke, WAIT failed), Create withdraws the id
+// before returning (withdrawCmd), so a createCmd that Redis ran, or runs
+// later, leaves no task that Get, List or the owner's MaxPerOwner count
+// would see; only if the withdrawal fails as well (Redis unreachable) does
+// it go on in the background.
 func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 	ctx, cancel := bound(ctx, s.opTimeout)
 	defer cancel()
@@ -243,13 +248,26 @@ func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 		t.ID, now, exp, keepIndex, opt.MaxPerOwner, deadline, ttl, t.PollInterval.Milliseconds(),
 		t.Tool, t.UpstreamID, t.Runner, t.StatusMessage, s.k.taskPrefix(t.Owner), t.Session, t.Era,
 	}}
-	calls := []scriptCall{create, {zaddKeepCmd, []string{adminKey}, []any{member, now, keepAdmin, now}}}
-	extra := []func(redis.Pipeliner){func(p redis.Pipeliner) { p.Do(ctx, "set", ownerKey, t.Owner, "pxat", exp) }}
-	if s.fused {
+	calls := []scriptCall{create}
+	var extra []func(redis.Pipeliner)
+	fused := s.fused && opt.MaxPerOwner > 0
+	switch {
+	case fused:
 		calls[0].keys = append(calls[0].keys, adminKey, ownerKey)
 		calls[0].args = append(calls[0].args, member, t.Owner, keepAdmin)
-		calls = calls[:1]
-		extra = nil
+	case keepAdmin != 0:
+		calls = append(calls, scriptCall{zaddKeepCmd, []string{adminKey}, []any{member, now, keepAdmin, now}})
+		fallthrough
+	default:
+		// Plain commands beside the script, never run inside it (see
+		// createCmd). NX on both: a refused duplicate id leaves the
+		// existing task's entries as they are.
+		extra = append(extra, func(p redis.Pipeliner) {
+			if keepAdmin == 0 {
+				p.ZAddNX(ctx, adminKey, redis.Z{Score: float64(now), Member: member})
+			}
+			p.Do(ctx, "set", ownerKey, t.Owner, "pxat", exp, "nx")
+		})
 	}
 	if reg := s.beats.register(t.Runner, lease, now); reg != nil {
 		calls = append(calls, s.beatCall(reg.runner, reg.deadline, now))
@@ -282,9 +300,10 @@ func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 		t.UpdatedAt = t.CreatedAt
 		t.TTL = time.Duration(ttl) * time.Millisecond
 		t.PollInterval = t.PollInterval.Truncate(time.Millisecond)
+		s.stats.created(t)
 		return nil
 	case codeLimit:
-		if !s.fused {
+		if !fused {
 			// Best effort: the admin entries were added in the same
 			// pipeline; a member left behind is pruned by AdminList.
 			p := s.rdb.Pipeline()
@@ -353,9 +372,10 @@ func (s *Redis) withdraw(ctx context.Context, t *Task, keepIndex int64) {
 }
 
 // withdrawOnce runs withdrawCmd for t once (on a Cluster pipelined with the
-// removal of the admin entries, which live in other slots; there a late
-// create's own pipelined admin entries may still come after it: AdminList
-// and AdminFind skip and prune entries whose task is gone).
+// removal of the admin entries, which live in other slots). A late
+// create's admin entries, pipelined beside its script (always on a
+// Cluster, without a cap on a single node), may still come after it:
+// AdminList and AdminFind skip and prune entries whose task is gone.
 func (s *Redis) withdrawOnce(ctx context.Context, t *Task, keepIndex int64) error {
 	ctx, cancel := context.WithTimeout(ctx, max(s.opTimeout, withdrawMinTimeout))
 	defer cancel()
@@ -586,10 +606,15 @@ func (s *Redis) taskReply(op, owner, id string, cmd *redis.Cmd) (*Task, error) {
 		if err != nil || t == nil {
 			return nil, fmt.Errorf("taskstore: %s %s: bad script reply: %w", op, id, err)
 		}
+		s.stats.moved(t, previousStatus(vals))
 		return t, nil
 	case codeNotFound:
+		s.stats.ended(owner, id)
 		return nil, ErrNotFound
 	case codeTerminal:
+		if op != "update" {
+			s.stats.ended(owner, id)
+		}
 		return nil, ErrTerminal
 	default:
 		return nil, fmt.Errorf("taskstore: %s %s: unexpected script code %d", op, id, code)
@@ -743,6 +768,7 @@ func (s *Redis) recoverRound(ctx context.Context, cutoff, now int64, msg string,
 			if err != nil || t == nil {
 				return failed, false, fmt.Errorf("taskstore: recover %s: bad script reply: %w", ids[i], err)
 			}
+			s.stats.moved(t, previousStatus(vals))
 			failed = append(failed, *t)
 			drop = append(drop, leaseMember(owners[i], ids[i]))
 		case codeNotFound, codeTerminal:
@@ -933,6 +959,16 @@ func scriptReply(cmd *redis.Cmd) (int64, []any, error) {
 		return 0, nil, fmt.Errorf("unexpected script code %T", arr[0])
 	}
 	return code, arr[1:], nil
+}
+
+// previousStatus is the status before the change that updateCmd and
+// terminateCmd append to their metaFields reply.
+func previousStatus(vals []any) string {
+	if len(vals) <= len(metaFields) {
+		return ""
+	}
+	s, _ := vals[len(metaFields)].(string)
+	return s
 }
 
 // decodeTask decodes a metaFields row. It returns nil, nil when the task

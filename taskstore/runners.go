@@ -297,6 +297,7 @@ func (s *Redis) recoverPage(ctx context.Context, off, cutoff, now int64, msg str
 		case codeOK:
 			t, err := decodeTask(owners[i], ids[i], vals)
 			if err == nil && t != nil {
+				s.stats.moved(t, previousStatus(vals))
 				failed = append(failed, *t)
 			}
 		case codeLeaseLive:

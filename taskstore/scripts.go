@@ -166,34 +166,28 @@ const (
 // ARGV[11] runner, ARGV[12] status message, ARGV[13] task key prefix
 // P:{owner}:task: (same slot), ARGV[14] session ("" for none), ARGV[15]
 // era.
-// Optional, on a single node (not Cluster), where every key is reachable
-// from one script: KEYS[4] the admin index P:tasks and KEYS[5] the
-// owner-by-id key P:id:<id>, ARGV[16] the member "<owner>/<id>", ARGV[17]
-// the owner, ARGV[18] keep-until ms of the admin index or "0" (the work of
-// zaddKeepCmd and a SET, done only when the task is stored).
+// Optional, with a cap on a single node (not Cluster), where every key is
+// reachable from one script: KEYS[4] the admin index P:tasks and KEYS[5]
+// the owner-by-id key P:id:<id>, ARGV[16] the member "<owner>/<id>",
+// ARGV[17] the owner, ARGV[18] keep-until ms of the admin index or "0"
+// (the work of zaddKeepCmd and a SET, done only when the task is stored,
+// so a create refused at the cap leaves no admin entry). Without a cap
+// Create pipelines those two writes next to this script as plain
+// commands (ZADD NX, SET NX): a command a script runs costs Redis the
+// call from Lua on top of the command, and commandstats counts its time
+// twice (in EVALSHA's and in its own line).
 //
 // Returns 1 stored, -1 id exists (still in the owner's index; nothing
-// written), -2 owner at MaxPerOwner (nothing written). With a cap, once the live zset reaches it, members whose expiry
-// passed are dropped, then members whose task is gone or terminal (Finish
-// and Cancel remove their member only when the task was counted) before
-// the count is final. The index score is now, or the current highest
-// score + 1 when that is not below now, so creation order is strict per
-// owner and a task created while a client pages always sorts after the
-// pages already read. A key's expiry is only ever extended (PTTL first:
-// another replica may have set a later one).
-// zaddKeepCmd and a SET, done only when the task is stored).
-//
-// Returns 1 stored, -1 id exists (still in the owner's index; nothing
-// written), -2 owner at MaxPerOwner (nothing written). With a cap, once the live zset reaches it, members whose expiry
-// passed are dropped, then members whose task is gone or terminal (Finish
-// and Cancel remove their member only when the task was counted) before
-// the count is final. The index score is now, or the current highest
-// score + 1 when that is not below now, so creation order is strict per
-// owner and a task created while a client pages always sorts after the
-// pages already read. A key's expiry is only ever extended (PTTL first:
-// another replica may have set a later one).
+// written), -2 owner at MaxPerOwner (nothing written). With a cap, once
+// the live zset reaches it, members whose expiry passed are dropped, then
+// members whose task is gone or terminal (Finish and Cancel remove their
+// member only when the task was counted) before the count is final. The
+// index score is now, or the current highest score + 1 when that is not
+// below now, so creation order is strict per owner and a task created
+// while a client pages always sorts after the pages already read. A key's
+// expiry is only ever extended (PTTL first: another replica may have set a
+// later one). The hash's cap field is written only for a counted task.
 var createCmd = redis.NewScript(`
-local now = tonumber(ARGV[2])
 local max = tonumber(ARGV[5])
 if max > 0 and redis.call("ZCARD", KEYS[3]) >= max then
   redis.call("ZREMRANGEBYSCORE", KEYS[3], "-inf", ARGV[2])
@@ -206,32 +200,39 @@ if max > 0 and redis.call("ZCARD", KEYS[3]) >= max then
     if redis.call("ZCARD", KEYS[3]) >= max then return -2 end
   end
 end
-local score = now
+local score = ARGV[2]
 local top = redis.call("ZRANGE", KEYS[2], -1, -1, "WITHSCORES")
-if top[2] and tonumber(top[2]) >= score then score = tonumber(top[2]) + 1 end
+if top[2] and tonumber(top[2]) >= tonumber(score) then score = string.format("%d", tonumber(top[2]) + 1) end
 -- The index holds every id of the owner whose task may still exist (and
 -- withdrawCmd's tombstones), so adding the id only if absent is the
 -- existence check.
-if redis.call("ZADD", KEYS[2], "NX", string.format("%d", score), ARGV[1]) == 0 then return -1 end
-local counted = "0"
-if max > 0 then counted = "1" end
-redis.call("HSET", KEYS[1], "status", "working", "msg", ARGV[12], "created", ARGV[2], "updated", ARGV[2],
-  "ttl", ARGV[7], "poll", ARGV[8], "tool", ARGV[9], "upid", ARGV[10], "runner", ARGV[11], "lease", ARGV[6],
-  "sess", ARGV[14], "era", ARGV[15], "cap", counted)
-redis.call("PEXPIREAT", KEYS[1], ARGV[3])
-if max > 0 then redis.call("ZADD", KEYS[3], ARGV[3], ARGV[1]) end
-local tol = ` + strconv.FormatInt(keepStep.Milliseconds()/2, 10) + `
-local function extend(k, at)
-  if at == 0 then return end
-  local p = redis.call("PTTL", k)
-  if p < 0 or now + p < at - tol then redis.call("PEXPIREAT", k, string.format("%d", at)) end
+if redis.call("ZADD", KEYS[2], "NX", score, ARGV[1]) == 0 then return -1 end
+if max > 0 then
+  redis.call("HSET", KEYS[1], "status", "working", "msg", ARGV[12], "created", ARGV[2], "updated", ARGV[2],
+    "ttl", ARGV[7], "poll", ARGV[8], "tool", ARGV[9], "upid", ARGV[10], "runner", ARGV[11], "lease", ARGV[6],
+    "sess", ARGV[14], "era", ARGV[15], "cap", "1")
+  redis.call("ZADD", KEYS[3], ARGV[3], ARGV[1])
+else
+  redis.call("HSET", KEYS[1], "status", "working", "msg", ARGV[12], "created", ARGV[2], "updated", ARGV[2],
+    "ttl", ARGV[7], "poll", ARGV[8], "tool", ARGV[9], "upid", ARGV[10], "runner", ARGV[11], "lease", ARGV[6],
+    "sess", ARGV[14], "era", ARGV[15])
 end
-extend(KEYS[2], tonumber(ARGV[4]))
-if max > 0 then extend(KEYS[3], tonumber(ARGV[4])) end
-if KEYS[4] then
-  redis.call("ZADD", KEYS[4], ARGV[2], ARGV[16])
-  extend(KEYS[4], tonumber(ARGV[18]))
-  redis.call("SET", KEYS[5], ARGV[17], "PXAT", ARGV[3])
+redis.call("PEXPIREAT", KEYS[1], ARGV[3])
+if ARGV[4] ~= "0" or KEYS[4] then
+  local now = tonumber(ARGV[2])
+  local tol = ` + strconv.FormatInt(keepStep.Milliseconds()/2, 10) + `
+  local function extend(k, at)
+    if at == 0 then return end
+    local p = redis.call("PTTL", k)
+    if p < 0 or now + p < at - tol then redis.call("PEXPIREAT", k, string.format("%d", at)) end
+  end
+  extend(KEYS[2], tonumber(ARGV[4]))
+  if max > 0 then extend(KEYS[3], tonumber(ARGV[4])) end
+  if KEYS[4] then
+    redis.call("ZADD", KEYS[4], ARGV[2], ARGV[16])
+    extend(KEYS[4], tonumber(ARGV[18]))
+    redis.call("SET", KEYS[5], ARGV[17], "PXAT", ARGV[3])
+  end
 end
 return 1
 `)
@@ -307,13 +308,15 @@ return 1
 // ARGV[3] now ms, ARGV[4] event channel, ARGV[5] session channel prefix
 // P:{owner}:sess:, ARGV[6] id, ARGV[7] session listener registry
 // P:{owner}:sl.
-// Returns {1, meta...} after the update, {0} missing or expired, {-1} terminal.
+// Returns {1, meta..., previous status} after the update, {0} missing or
+// expired, {-1} terminal.
 var updateCmd = redis.NewScript(`
 local now = tonumber(ARGV[3])
 local v = redis.call("HMGET", KEYS[1], ` + luaStrings(metaFields) + `)
 if not v[1] or tonumber(v[3]) + tonumber(v[5]) <= now then return {0} end
 if v[1] == "completed" or v[1] == "failed" or v[1] == "cancelled" then return {-1} end
 local changed = false
+local was = v[1]
 if ARGV[1] ~= "" and ARGV[1] ~= v[1] then v[1] = ARGV[1]; changed = true end
 if ARGV[2] ~= "" and ARGV[2] ~= v[2] then v[2] = ARGV[2]; changed = true end
 if changed then
@@ -325,7 +328,7 @@ if changed then
     if u and tonumber(u) > now then redis.call("PUBLISH", ARGV[5] .. v[10], "s:" .. ARGV[6]) end
   end
 end
-return {1, v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11]}
+return {1, v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], was}
 `)
 
 // terminateCmd moves a non-terminal task to a terminal status: Finish
@@ -352,8 +355,9 @@ return {1, v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11]}
 // queued-set prefix P:{owner}:sq:, ARGV[10] session channel prefix,
 // ARGV[11] "1" to keep queued notifications (Finish), ARGV[12] session
 // listener registry P:{owner}:sl.
-// Returns {1, meta...} after the change, {0} missing or expired,
-// {-1} terminal, {-2, lease deadline ms} lease not expired (Recover).
+// Returns {1, meta..., previous status} after the change, {0} missing or
+// expired, {-1} terminal, {-2, lease deadline ms} lease not expired
+// (Recover).
 var terminateCmd = redis.NewScript(`
 local now = tonumber(ARGV[3])
 local v = redis.call("HMGET", KEYS[1], ` + luaStrings(metaFields) + `, "lease", "cap", "aux")
@@ -364,9 +368,10 @@ if cutoff > 0 then
   local lease = tonumber(v[12] or "0")
   if lease >= cutoff then return {-2, string.format("%d", lease)} end
 end
+local was = v[1]
 v[1] = ARGV[1]
 v[2] = ARGV[2]
-v[4] = string.format("%d", math.max(now, tonumber(v[4])))
+if tonumber(v[4]) < now then v[4] = ARGV[3] end
 if ARGV[5] ~= "" then
   redis.call("HSET", KEYS[1], "status", v[1], "msg", v[2], "updated", v[4], "okind", ARGV[5], "out", ARGV[6])
 else
@@ -404,7 +409,7 @@ if sess then
   local u = redis.call("HGET", ARGV[12], v[10])
   if u and tonumber(u) > now then redis.call("PUBLISH", ARGV[10] .. v[10], "s:" .. ARGV[8]) end
 end
-return {1, v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11]}
+return {1, v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], was}
 `)
 
 // renewCmd extends a non-terminal task's lease deadline.

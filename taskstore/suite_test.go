@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -802,6 +803,14 @@ func testRecover(t *testing.T, b *backend) {
 	}
 	if got, err := later.Recover(ctx, 10*time.Minute, "again"); err != nil || len(got) != 0 {
 		t.Errorf("second Recover = %v, %v; want none (idempotent)", ids(got), err)
+	}
+	// The recovered task counts as failed (each store writes its own
+	// counter changes when asked).
+	for _, a := range []Store{s, later} {
+		st, err := a.(Admin).AdminStats(ctx)
+		if want := map[Status]int{Working: 1, Completed: 1, Failed: 1}; a == later && (err != nil || !maps.Equal(st.ByStatus, want)) {
+			t.Errorf("AdminStats after Recover = %v, %v; want %v", st.ByStatus, err, want)
+		}
 	}
 	// The runner's entry moved to the renewed task's lease (so the next
 	// Recover does not look at its tasks again before that).
