@@ -21,9 +21,13 @@ func TestSplitWaitParams(t *testing.T) {
 	}{
 		{in: "redis://h:1/0", url: "redis://h:1/0"},
 		{in: "redis://h:1?pool_size=5", url: "redis://h:1?pool_size=5"},
-		{in: "redis://h:1?wait_replicas=2", url: "redis://h:1", w: replicaWait{2, DefaultWaitTimeout}},
-		{in: "redis+sentinel://s1,s2/m?wait_replicas=1&wait_timeout=2s&pool_size=5", url: "redis+sentinel://s1,s2/m?pool_size=5", w: replicaWait{1, 2 * time.Second}},
+		{in: "redis://h:1?wait_replicas=2", url: "redis://h:1", w: replicaWait{n: 2, timeout: DefaultWaitTimeout}},
+		{in: "redis+sentinel://s1,s2/m?wait_replicas=1&wait_timeout=2s&pool_size=5", url: "redis+sentinel://s1,s2/m?pool_size=5", w: replicaWait{n: 1, timeout: 2 * time.Second}},
+		{in: "redis+sentinel://s1,s2/m", url: "redis+sentinel://s1,s2/m", w: replicaWait{n: WaitAll, timeout: DefaultWaitTimeout}},
+		{in: "rediss+sentinel://s1/m?wait_replicas=all&wait_timeout=1s", url: "rediss+sentinel://s1/m", w: replicaWait{n: WaitAll, timeout: time.Second}},
+		{in: "redis+sentinel://s1/m?wait_replicas=0", url: "redis+sentinel://s1/m", w: replicaWait{timeout: DefaultWaitTimeout}},
 		{in: "redis://h:1?wait_replicas=0", url: "redis://h:1"},
+		{in: "redis://h:1?wait_replicas=all", bad: true},
 		{in: "redis://h:1?wait_replicas=x", bad: true},
 		{in: "redis://h:1?wait_replicas=1&wait_timeout=-1s", bad: true},
 	}
@@ -89,5 +93,48 @@ func TestReplicaWait(t *testing.T) {
 	// The replica has what the client was told.
 	if v, err := rc.HGet(ctx, s.k.task(ownerA, task.ID), fStatus).Result(); err != nil || v != string(Completed) {
 		t.Errorf("task status on the replica = %q, %v; want completed", v, err)
+	}
+}
+
+func TestParseNodeInfo(t *testing.T) {
+	info := "# Server\r\nredis_version:7.0.15\r\nrun_id:abc123\r\ntcp_port:6380\r\n\r\n# Replication\r\nrole:master\r\nconnected_slaves:2\r\n" +
+		"slave0:ip=127.0.0.1,port=6381,state=online,offset=10,lag=0\r\nslave1:ip=127.0.0.1,port=6382,state=wait_bgsave,offset=0,lag=0\r\n"
+	client := "id=7 addr=127.0.0.1:50000 laddr=127.0.0.1:6380 fd=8 name= age=1\n"
+	got := parseNodeInfo(info, client)
+	want := nodeInfo{runID: "abc123", laddr: "127.0.0.1:6380", master: true, online: 1}
+	if got != want {
+		t.Errorf("parseNodeInfo = %+v, want %+v", got, want)
+	}
+	if n := parseNodeInfo("# Replication\r\nrole:slave\r\n", ""); n.master {
+		t.Errorf("parseNodeInfo(role:slave) = %+v, want not master", n)
+	}
+}
+
+// A write fewer replicas took stands only on the node the sentinels all
+// name, and only when the missing replicas are ones they would not promote.
+func TestFenceAllows(t *testing.T) {
+	node := nodeInfo{runID: "r1", laddr: "10.0.0.1:6379", master: true}
+	tests := []struct {
+		name string
+		c    *fenceCheck
+		node nodeInfo
+		acks int64
+		want int64
+		ok   bool
+	}{
+		{name: "no check (ctx ended)", node: node, want: WaitAll},
+		{name: "sentinels disagree", c: &fenceCheck{}, node: node, want: WaitAll},
+		{name: "new master, old one not converted", c: &fenceCheck{addr: "10.0.0.1:6379", listed: 1, away: 1}, node: node, want: WaitAll, ok: true},
+		{name: "another node is the master", c: &fenceCheck{addr: "10.0.0.2:6379", listed: 1, away: 1}, node: node, want: WaitAll},
+		{name: "by run_id behind NAT", c: &fenceCheck{addr: "192.168.0.1:6379", runID: "r1", listed: 1, away: 1}, node: node, want: WaitAll, ok: true},
+		{name: "run_id unknown behind NAT", c: &fenceCheck{addr: "192.168.0.1:6379", listed: 1, away: 1}, node: node, want: WaitAll},
+		{name: "a promotable replica misses the write", c: &fenceCheck{addr: "10.0.0.1:6379", listed: 2, away: 1}, node: node, want: WaitAll},
+		{name: "one acked, one away", c: &fenceCheck{addr: "10.0.0.1:6379", listed: 2, away: 1}, node: node, acks: 1, want: WaitAll, ok: true},
+		{name: "fixed N", c: &fenceCheck{addr: "10.0.0.1:6379", listed: 3, away: 1}, node: node, want: 1, ok: true},
+	}
+	for _, tt := range tests {
+		if got := tt.c.allows(tt.node, tt.acks, tt.want); got != tt.ok {
+			t.Errorf("%s: allows(%+v, %d, %d) = %v, want %v", tt.name, tt.node, tt.acks, tt.want, got, tt.ok)
+		}
 	}
 }
