@@ -54,7 +54,8 @@ type sentinelFence struct {
 	online atomic.Int64
 
 	mu  sync.Mutex
-	cur *fenceCheck // the latest check, running or done
+	cur *fenceCheck    // the latest check, running or done
+	wg  sync.WaitGroup // running checks
 }
 
 // fenceCheck is one round of questions to every sentinel.
@@ -88,7 +89,10 @@ func newSentinelFence(o *redis.FailoverOptions) *sentinelFence {
 	return f
 }
 
+// close waits for running checks (at most sentinelTimeout) and closes the
+// sentinel clients.
 func (f *sentinelFence) close() {
+	f.wg.Wait()
 	for _, c := range f.clients {
 		_ = c.Close()
 	}
@@ -103,7 +107,11 @@ func (f *sentinelFence) confirm(ctx context.Context, after time.Time) *fenceChec
 	if c == nil || c.start.Before(after) {
 		c = &fenceCheck{start: time.Now(), done: make(chan struct{})}
 		f.cur = c
-		go f.check(c)
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			f.check(c)
+		}()
 	}
 	f.mu.Unlock()
 	select {
