@@ -3,7 +3,11 @@ package taskstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -136,5 +140,101 @@ func TestFenceAllows(t *testing.T) {
 		if got := tt.c.allows(tt.node, tt.acks, tt.want); got != tt.ok {
 			t.Errorf("%s: allows(%+v, %d, %d) = %v, want %v", tt.name, tt.node, tt.acks, tt.want, got, tt.ok)
 		}
+	}
+}
+
+// startSentinel runs a redis-sentinel monitoring master as name, with quorum
+// 1, and returns its address.
+func startSentinel(t *testing.T, name, master string) string {
+	t.Helper()
+	bin := redistest.Need(t, "redis-sentinel")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	_, port, _ := net.SplitHostPort(addr)
+	mhost, mport, _ := net.SplitHostPort(master)
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "sentinel.conf")
+	text := fmt.Sprintf("port %s\nbind 127.0.0.1\ndir %s\nsentinel monitor %s %s %s 1\nsentinel down-after-milliseconds %s 1000\n",
+		port, dir, name, mhost, mport, name)
+	if err := os.WriteFile(conf, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, conf)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return addr
+}
+
+// The fence with a real sentinel: a write every replica acknowledged needs
+// no sentinel (one of the two listed is dead); a write that misses a
+// replica stands only when every sentinel answers that this node is the
+// master and the missing replica is one it would not promote (here: one
+// that reports itself a master).
+func TestSentinelFence(t *testing.T) {
+	master, replica := redistest.Start(t), redistest.Start(t)
+	ctx := context.Background()
+	rc := redis.NewClient(&redis.Options{Addr: replica})
+	defer rc.Close()
+	mhost, mport, _ := net.SplitHostPort(master)
+	if err := rc.ReplicaOf(ctx, mhost, mport).Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() bool {
+		info, err := rc.Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up")
+	})
+	live := startSentinel(t, "m", master)
+	sc := redis.NewSentinelClient(&redis.Options{Addr: live})
+	defer sc.Close()
+	waitFor(t, 20*time.Second, func() bool {
+		reps, err := sc.Replicas(ctx, "m").Result()
+		return err == nil && len(reps) == 1 && reps[0]["role-reported"] == "slave"
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := ln.Addr().String()
+	ln.Close()
+
+	open := func(sentinels ...string) *Redis {
+		rdb, err := Open("redis://" + master)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return storeOn(t, rdb, uniquePrefix(), Config{WaitReplicas: WaitAll, WaitTimeout: 200 * time.Millisecond, OpTimeout: 5 * time.Second,
+			Sentinels: &redis.FailoverOptions{MasterName: "m", SentinelAddrs: sentinels}}, true)
+	}
+	withDead, liveOnly := open(live, dead), open(live)
+	create := func(s *Redis) error {
+		return s.Create(ctx, &Task{Owner: ownerA, Runner: "r", TTL: time.Minute}, CreateOptions{})
+	}
+	if err := create(withDead); err != nil {
+		t.Fatalf("Create with the replica following and one sentinel dead = %v, want nil", err)
+	}
+
+	// The replica leaves: it reports itself a master until the sentinel
+	// turns it back (after 8 s).
+	if err := rc.ReplicaOf(ctx, "no", "one").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, func() bool {
+		reps, err := sc.Replicas(ctx, "m").Result()
+		return err == nil && len(reps) == 1 && reps[0]["role-reported"] == "master"
+	})
+	if err := create(withDead); !errors.Is(err, ErrNotReplicated) {
+		t.Errorf("Create missing a replica, one sentinel dead = %v, want ErrNotReplicated", err)
+	}
+	if err := create(liveOnly); err != nil {
+		t.Errorf("Create missing a replica that reports itself a master, every sentinel naming this node = %v, want nil", err)
 	}
 }

@@ -148,23 +148,26 @@ func (f *sentinelFence) check(c *fenceCheck) {
 	defer cancel()
 	type view struct {
 		addr, runID  string
-		listed, away int64
+		listed, away int64 // listed -1: no answer
 	}
 	views := make([]view, len(f.clients))
 	var wg sync.WaitGroup
 	for i, sc := range f.clients {
+		views[i].listed = -1
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			m, err := sc.Master(ctx, f.master).Result()
-			if err != nil || m["flags"] != "master" || m["ip"] == "" {
-				return
-			}
 			reps, err := sc.Replicas(ctx, f.master).Result()
 			if err != nil {
 				return
 			}
-			v := view{addr: net.JoinHostPort(m["ip"], m["port"]), runID: m["runid"], listed: int64(len(reps))}
+			v := view{listed: int64(len(reps))}
+			defer func() { views[i] = v }()
+			m, err := sc.Master(ctx, f.master).Result()
+			if err != nil || m["flags"] != "master" || m["ip"] == "" {
+				return
+			}
+			v.addr, v.runID = net.JoinHostPort(m["ip"], m["port"]), m["runid"]
 			for _, r := range reps {
 				fl := "," + r["flags"] + ","
 				if strings.Contains(fl, ",s_down,") || strings.Contains(fl, ",o_down,") ||
@@ -172,10 +175,18 @@ func (f *sentinelFence) check(c *fenceCheck) {
 					v.away++
 				}
 			}
-			views[i] = v
 		}()
 	}
 	wg.Wait()
+	// How many replicas there are, any sentinel that answered can say;
+	// that a write may stand with fewer, only all of them together.
+	c.listed = -1
+	for _, v := range views {
+		c.listed = max(c.listed, v.listed)
+	}
+	if c.listed >= 0 {
+		f.listed.Store(c.listed)
+	}
 	c.away, c.runID = views[0].away, views[0].runID
 	for _, v := range views {
 		if v.addr == "" || v.addr != views[0].addr {
@@ -184,10 +195,8 @@ func (f *sentinelFence) check(c *fenceCheck) {
 		if v.runID != c.runID {
 			c.runID = ""
 		}
-		c.listed = max(c.listed, v.listed)
 		c.away = min(c.away, v.away)
 	}
-	f.listed.Store(c.listed)
 	c.addr = views[0].addr
 }
 
