@@ -34,7 +34,7 @@ func TestLargeResultsUnderLoad(t *testing.T) {
 		rs := newRedisServer(t, freeAddr(t), false)
 		rs.start()
 		up := startLegacy(t)
-		flags := []string{"--redis", "redis://" + rs.addr, "--task-rate", "-1"}
+		flags := []string{"--redis", "redis://" + rs.addr, "--owner-key", "large-results-owner-key-0123456789", "--task-rate", "-1"}
 		largeBurst(t, []*gateway{startTaskgate(t, up.URL, flags...), startTaskgate(t, up.URL, flags...)})
 	})
 	t.Run("embedded", func(t *testing.T) {

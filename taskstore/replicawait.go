@@ -33,8 +33,8 @@ import (
 // write.
 //
 // On Sentinel (Config.Sentinels), N defaults to WaitAll, every replica the
-// sentinels list, and the pipeline also carries INFO server replication:
-// a write fewer than N replicas acknowledged is still reported when the
+// sentinels list, and the pipeline also carries INFO server replication
+// and CLIENT INFO: a write fewer than N replicas acknowledged is still reported when the
 // sentinels confirm the node is the master (sentinelfence.go). Writes then
 // resume as soon as the sentinels agree on a new master, instead of when
 // the old master has rejoined as a replica.
@@ -123,7 +123,11 @@ func (w replicaWait) replicated(ctx context.Context, want int64, wait *redis.Int
 		return false
 	}
 	w.fence.online.Store(int64(node.online))
-	if acks < int64(node.online) {
+	need := int64(node.online)
+	if w.n != WaitAll {
+		need = min(need, want) // WAIT returns once N have them
+	}
+	if acks < need {
 		return false // a connected replica did not get the writes in time
 	}
 	if want >= 0 { // with WaitAll, unknown until the sentinels were asked once
