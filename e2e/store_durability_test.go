@@ -420,11 +420,27 @@ func (l *taskLoad) verify(t *testing.T, gw *gateway, strict bool) (lost, wrong, 
 		clients[token] = c
 		return c
 	}
+	report := t.Errorf // what the setup must not do; reported only otherwise
+	if !strict {
+		report = t.Logf
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for id, lt := range l.acked {
 		text, c := lt.text, client(lt.token)
-		res, e, err := c.rpc("tasks/result", map[string]any{"taskId": id})
+		// tasks/get first: a task back in working would block tasks/result.
+		res, e, err := c.rpc("tasks/get", map[string]any{"taskId": id})
+		var g wireTask
+		if err == nil && e == nil && (json.Unmarshal(res, &g) != nil || g.Status != "completed") {
+			wrong++
+			if wrong <= 3 {
+				report("acknowledged task %s (%q) is now %s %q", id, text, g.Status, g.StatusMessage)
+			}
+			continue
+		}
+		if err == nil && e == nil {
+			res, e, err = c.rpc("tasks/result", map[string]any{"taskId": id})
+		}
 		var tr toolResult
 		switch {
 		case err != nil:
@@ -437,7 +453,7 @@ func (l *taskLoad) verify(t *testing.T, gw *gateway, strict bool) (lost, wrong, 
 		case e != nil || json.Unmarshal(res, &tr) != nil || tr.text() != text:
 			wrong++
 			if wrong <= 3 {
-				t.Errorf("acknowledged task %s (%q) now answers %s %v", id, text, res, e)
+				report("acknowledged task %s (%q) now answers %s %v", id, text, res, e)
 			}
 		}
 	}
@@ -453,7 +469,7 @@ func (l *taskLoad) verify(t *testing.T, gw *gateway, strict bool) (lost, wrong, 
 		case e != nil || json.Unmarshal(res, &g) != nil:
 			wrong++
 			if wrong <= 3 {
-				t.Errorf("tasks/get %s: %s %v", id, res, e)
+				report("tasks/get %s: %s %v", id, res, e)
 			}
 		case g.Status == "completed":
 			pendingDone++
@@ -461,7 +477,7 @@ func (l *taskLoad) verify(t *testing.T, gw *gateway, strict bool) (lost, wrong, 
 			if r, e, _ := c.rpc("tasks/result", map[string]any{"taskId": id}); e != nil || json.Unmarshal(r, &tr) != nil || tr.text() != text {
 				wrong++
 				if wrong <= 3 {
-					t.Errorf("task %s completed but tasks/result answers %s %v, want %q", id, r, e, text)
+					report("task %s completed but tasks/result answers %s %v, want %q", id, r, e, text)
 				}
 			}
 		case g.Status == "failed":
@@ -469,7 +485,7 @@ func (l *taskLoad) verify(t *testing.T, gw *gateway, strict bool) (lost, wrong, 
 		default:
 			wrong++
 			if wrong <= 3 {
-				t.Errorf("task %s created before the fault is still %s %q", id, g.Status, g.StatusMessage)
+				report("task %s created before the fault is still %s %q", id, g.Status, g.StatusMessage)
 			}
 		}
 	}
@@ -580,8 +596,11 @@ func startSentinelSet(t *testing.T, replicas int) *sentinelSet {
 	server := func(extra ...string) string {
 		addr := e2etest.FreeAddr(t)
 		_, port, _ := net.SplitHostPort(addr)
+		// repl-diskless-sync-delay 0: a replica (re)joining is synchronised
+		// at once instead of after Redis's default 5 s; writes that wait
+		// for every replica wait for that.
 		args := append([]string{"--port", port, "--bind", "127.0.0.1", "--save", "", "--dir", t.TempDir(),
-			"--appendonly", "yes", "--appendfsync", "everysec"}, extra...)
+			"--appendonly", "yes", "--appendfsync", "everysec", "--repl-diskless-sync-delay", "0"}, extra...)
 		s.args[addr] = args
 		s.start(t, addr)
 		return addr
@@ -590,6 +609,10 @@ func startSentinelSet(t *testing.T, replicas int) *sentinelSet {
 	mhost, mport, _ := net.SplitHostPort(s.master)
 	for range replicas {
 		s.replica = server("--replicaof", mhost, mport)
+		waitFor(t, 30*time.Second, "the replica to synchronise", func() bool {
+			info, err := redisInfo(s.replica, "REPLICATION")
+			return err == nil && strings.Contains(info, "master_link_status:up")
+		})
 	}
 	for range 3 {
 		addr := e2etest.FreeAddr(t)
@@ -688,23 +711,20 @@ func (s *sentinelSet) masterAddr() string {
 // and reading their results. First a SENTINEL FAILOVER, then a SIGKILL of
 // the new master (the sentinels notice it down after 1 s and promote the
 // other node; the killed one is restarted after that and becomes its
-// replica). Then the same with two replicas. Redis replicates asynchronously and the old master keeps
-// accepting writes until the sentinels switch: by default, tasks
-// acknowledged in that window are lost, which is reported. With
-// ?wait_replicas=N, N being every replica, no acknowledged task is lost or
-// wrongly stated (asserted); the price is that writes wait until the new
-// master has N replicas again. (N smaller than the number of replicas is
-// not safe: during a SENTINEL FAILOVER the old master still has its other
-// replicas, which are resynchronised from the new master afterwards;
-// measured with 2 replicas and wait_replicas=1: 168 of 201 acknowledged
-// tasks lost.) The figures (created, acknowledged, lost, wrongly stated,
-// seconds to resume) are reported.
+// replica). Then the same with two replicas. With the URL as it is (every
+// write waits for every replica, and a write fewer replicas took is
+// reported only when every sentinel names its node as the master), no
+// acknowledged task is lost or wrongly stated: asserted. With
+// ?wait_replicas=0 (no waiting, the setting before the default changed)
+// the old master's writes during the switch are lost: reported. The
+// figures (created, acknowledged, lost, wrongly stated, seconds to
+// resume) are logged, not asserted.
 func TestSentinelFailover(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		replicas int
 		query    string
-	}{{1, ""}, {1, "?wait_replicas=1"}, {2, "?wait_replicas=2"}} {
+	}{{1, ""}, {2, ""}, {1, "?wait_replicas=0"}} {
 		t.Run(fmt.Sprintf("%d replicas, url%s", tc.replicas, tc.query), func(t *testing.T) {
 			t.Parallel()
 			sentinelFailover(t, tc.replicas, tc.query)
@@ -745,11 +765,12 @@ func sentinelFailover(t *testing.T, replicas int, query string) {
 		before := load.ackedCount()
 		waitFor(t, 30*time.Second, "50 more acknowledged tasks", func() bool { return load.ackedCount() >= before+50 })
 		load.finish()
-		lost, wrong, done, failed, gone := load.verify(t, a, query != "")
+		strict := query != "?wait_replicas=0"
+		lost, wrong, done, failed, gone := load.verify(t, a, strict)
 		t.Logf("%d replicas, %s%s: sentinels switched the master after %v, creation resumed %v after the fault; %s; acknowledged lost %d, wrongly stated %d; unacknowledged: %d completed, %d failed, %d not found",
 			replicas, how, query, switched.Round(10*time.Millisecond), resumed.Round(10*time.Millisecond), load.summary(), lost, wrong, done, failed, gone)
-		if query != "" && (lost > 0 || wrong > 0) {
-			t.Errorf("%s with %s: %d acknowledged tasks lost, %d wrongly stated; want none", how, query, lost, wrong)
+		if strict && (lost > 0 || wrong > 0 || gone > 0) {
+			t.Errorf("%s with url%s: %d acknowledged tasks lost (and %d created tasks not found), %d wrongly stated; want none", how, query, lost, gone, wrong)
 		}
 		if kill {
 			break

@@ -3,6 +3,8 @@ package taskstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -174,19 +176,57 @@ func (b *readBatcher) close() {
 	b.wg.Wait()
 }
 
-// direct runs cmd alone on a connection from the client's pool, waiting
-// for one of largeLanes first; for commands with a large payload (argument
-// or reply) that must not hold up a batch. It returns cmd's error, or
-// ctx's when ctx ends while waiting for a lane.
+// direct runs cmd alone on a connection from the client's pool, holding
+// one of largeLanes (lane); for commands with a large payload (argument or
+// reply) that must not hold up a batch.
 func (b *readBatcher) direct(ctx context.Context, cmd redis.Cmder) error {
+	ctx, release, err := b.lane(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return b.alone(ctx, cmd)
+}
+
+// lane takes one of largeLanes and returns the context to run the large
+// operation under and the function that gives the lane back.
+//
+// Waiting for a lane is queueing behind this process's own large
+// transfers, not a store that fails to answer, so ctx's deadline does not
+// end it: the time ctx had left when lane was called starts when the lane
+// is taken (ctx's cancellation still ends the wait and the operation, and
+// the wait is capped at laneWaitMax). Under a burst of large results on a
+// loaded machine, 50 simultaneous 8 MiB outcomes each waited longer than a
+// 3 s --store-timeout for one of the 4 lanes; failing them made the
+// runners send all 8 MiB again.
+func (b *readBatcher) lane(ctx context.Context) (context.Context, func(), error) {
+	budget := DefaultOpTimeout
+	if dl, ok := ctx.Deadline(); ok {
+		budget = time.Until(dl)
+	}
 	select {
 	case b.lanes <- struct{}{}:
-	case <-b.stop:
-		return errClosed
-	case <-ctx.Done():
-		return ctx.Err()
+	default:
+		if err := b.awaitLane(ctx); err != nil {
+			return ctx, nil, err
+		}
 	}
-	defer func() { <-b.lanes }()
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), max(budget, 0))
+	stop := context.AfterFunc(ctx, func() {
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			cancel()
+		}
+	})
+	return lctx, func() {
+		stop()
+		cancel()
+		<-b.lanes
+	}, nil
+}
+
+// alone runs cmd by itself on a connection from the pool, followed by
+// WAIT when that is on and cmd writes; the caller holds a lane.
+func (b *readBatcher) alone(ctx context.Context, cmd redis.Cmder) error {
 	if !b.wait.on() || !isWrite(cmd) {
 		_ = b.rdb.Process(ctx, cmd)
 		return cmd.Err()
@@ -197,6 +237,32 @@ func (b *readBatcher) direct(ctx context.Context, cmd redis.Cmder) error {
 	_, _ = p.Exec(ctx)
 	check()
 	return cmd.Err()
+}
+
+// laneWaitMax bounds how long direct waits for a lane.
+const laneWaitMax = time.Minute
+
+// awaitLane takes a lane, or fails when ctx is cancelled (not when its
+// deadline passes), the batcher closes or laneWaitMax passes.
+func (b *readBatcher) awaitLane(ctx context.Context) error {
+	limit := time.NewTimer(laneWaitMax)
+	defer limit.Stop()
+	done := ctx.Done()
+	for {
+		select {
+		case b.lanes <- struct{}{}:
+			return nil
+		case <-b.stop:
+			return errClosed
+		case <-limit.C:
+			return fmt.Errorf("waited %v for a connection for a large payload: %w", laneWaitMax, context.DeadlineExceeded)
+		case <-done:
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return ctx.Err()
+			}
+			done = nil // the deadline passed: keep waiting
+		}
+	}
 }
 
 // argsSize is the number of payload bytes in args (strings and byte

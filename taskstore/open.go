@@ -37,7 +37,9 @@ const (
 // Options are go-redis's snake_case query parameters (pool_size,
 // max_retries, read_timeout=2s, ...); unknown ones are an error. Two
 // more are taskgate's own, read by ReplicaWait and ignored here:
-// wait_replicas=N and wait_timeout=D (Config.WaitReplicas, WaitTimeout).
+// wait_replicas=N|all and wait_timeout=D (Config.WaitReplicas,
+// WaitTimeout); for a Sentinel URL, SentinelOptions gives
+// Config.Sentinels.
 func Open(rawURL string) (redis.UniversalClient, error) {
 	rawURL, _, err := splitWaitParams(rawURL)
 	if err != nil {
@@ -75,11 +77,7 @@ func Open(rawURL string) (redis.UniversalClient, error) {
 		}
 		return redis.NewClusterClient(o), nil
 	case "redis+sentinel", "rediss+sentinel":
-		u, err := multiHostURL(strings.TrimSuffix(scheme, "+sentinel"), rest, sentinelRewrite)
-		if err != nil {
-			return nil, fmt.Errorf("taskstore: open %s: %w", redactURL(rawURL), err)
-		}
-		o, err := redis.ParseFailoverURL(u)
+		o, err := parseSentinelURL(scheme, rest)
 		if err != nil {
 			return nil, fmt.Errorf("taskstore: open %s: %w", redactURL(rawURL), err)
 		}
@@ -92,6 +90,33 @@ func Open(rawURL string) (redis.UniversalClient, error) {
 	default:
 		return nil, fmt.Errorf("taskstore: open %s: unsupported scheme %q", redactURL(rawURL), scheme)
 	}
+}
+
+// SentinelOptions returns the parsed form of a Sentinel URL accepted by
+// Open (the master's name, the sentinels and their credentials), for
+// Config.Sentinels; nil for any other URL.
+func SentinelOptions(rawURL string) (*redis.FailoverOptions, error) {
+	rawURL, _, err := splitWaitParams(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("taskstore: %w", err)
+	}
+	scheme, rest, _ := strings.Cut(rawURL, "://")
+	if scheme != "redis+sentinel" && scheme != "rediss+sentinel" {
+		return nil, nil
+	}
+	o, err := parseSentinelURL(scheme, rest)
+	if err != nil {
+		return nil, fmt.Errorf("taskstore: %s: %w", redactURL(rawURL), err)
+	}
+	return o, nil
+}
+
+func parseSentinelURL(scheme, rest string) (*redis.FailoverOptions, error) {
+	u, err := multiHostURL(strings.TrimSuffix(scheme, "+sentinel"), rest, sentinelRewrite)
+	if err != nil {
+		return nil, err
+	}
+	return redis.ParseFailoverURL(u)
 }
 
 // opaqueDialer dials like go-redis's default dialer for plain TCP and unix

@@ -78,13 +78,19 @@ type Config struct {
 	// (StartSessionTask returns nil).
 	// DefaultSessionTaskDelay is taskgate's setting.
 	SessionTaskDelay time.Duration
-	// WaitReplicas, when > 0, makes every write wait until that many
+	// WaitReplicas, when not 0, makes every write wait until that many
 	// replicas acknowledged it (WAIT, at most WaitTimeout, default
 	// DefaultWaitTimeout); a write they did not acknowledge fails with
-	// ErrNotReplicated. Not used on a Cluster. See replicawait.go. Open's
+	// ErrNotReplicated. WaitAll (Sentinel only) is every replica the
+	// sentinels list. Not used on a Cluster. See replicawait.go. Open's
 	// URL parameters wait_replicas and wait_timeout (ReplicaWait) set them.
 	WaitReplicas int
 	WaitTimeout  time.Duration
+	// Sentinels (SentinelOptions of a Sentinel URL) are asked, when a
+	// write fewer than WaitReplicas replicas acknowledged, whether the node
+	// that took it is the master all of them agree on; if so it is
+	// reported (see sentinelfence.go). nil: such a write fails.
+	Sentinels *redis.FailoverOptions
 }
 
 // DefaultSessionTaskDelay is the Config.SessionTaskDelay taskgate uses
@@ -177,8 +183,14 @@ func NewRedis(rdb redis.UniversalClient, cfg Config) (*Redis, error) {
 	s.stats.flush = s.flushStats
 	s.beats.beat = s.heartbeat
 	s.lazy.delay = cfg.SessionTaskDelay
-	if !cluster && cfg.WaitReplicas > 0 {
+	if cfg.WaitReplicas < 0 && (cfg.WaitReplicas != WaitAll || cfg.Sentinels == nil) {
+		return nil, errors.New("taskstore: NewRedis: WaitReplicas below 0 is WaitAll, which needs Sentinels")
+	}
+	if !cluster && cfg.WaitReplicas != 0 {
 		s.reads.wait = replicaWait{n: cfg.WaitReplicas, timeout: cmp.Or(cfg.WaitTimeout, DefaultWaitTimeout)}
+		if cfg.Sentinels != nil {
+			s.reads.wait.fence = newSentinelFence(cfg.Sentinels)
+		}
 	}
 	s.hub.rdb = rdb
 	s.hub.register = s.registerListeners
@@ -197,6 +209,9 @@ func (s *Redis) Close() error {
 		s.beats.close()
 		s.lazy.close()
 		s.reads.close()
+		if f := s.reads.wait.fence; f != nil {
+			f.close()
+		}
 		errs := []error{s.hub.close()}
 		for _, f := range s.onClose {
 			errs = append(errs, f())

@@ -26,7 +26,8 @@ const spilledRaw = "\x00spilled"
 
 // spill stores raw under the task's spilled key, expiring with the task,
 // and returns the marker to store in its place. A missing or terminal task
-// is ErrNotFound or ErrTerminal, as Finish would answer.
+// is ErrNotFound or ErrTerminal, as Finish would answer. The caller holds
+// a lane (readBatcher.lane).
 func (s *Redis) spill(ctx context.Context, owner, id string, raw []byte) ([]byte, error) {
 	t, err := s.Get(ctx, owner, id)
 	if err != nil {
@@ -36,7 +37,7 @@ func (s *Redis) spill(ctx context.Context, owner, id string, raw []byte) ([]byte
 		return nil, ErrTerminal
 	}
 	cmd := redis.NewStatusCmd(ctx, "set", s.k.spilled(owner, id), raw, "pxat", t.ExpiresAt().UnixMilli())
-	if err := s.reads.direct(ctx, cmd); err != nil {
+	if err := s.reads.alone(ctx, cmd); err != nil {
 		return nil, wrapErr("finish", id, err)
 	}
 	return []byte(spilledRaw), nil
@@ -59,8 +60,15 @@ func (s *Redis) dropSpilled(ctx context.Context, owner, id string, err error) {
 	}
 }
 
-// finishSpilled is Finish for an outcome of spillMin bytes or more.
+// finishSpilled is Finish for an outcome of spillMin bytes or more. It
+// takes a lane first, so the wait for one does not eat the time of the
+// operations that follow (see readBatcher.lane).
 func (s *Redis) finishSpilled(ctx context.Context, owner, id string, st Status, msg string, out Outcome) (*Task, error) {
+	ctx, release, err := s.reads.lane(ctx)
+	if err != nil {
+		return nil, wrapErr("finish", id, err)
+	}
+	defer release()
 	raw, err := s.spill(ctx, owner, id, out.Raw)
 	if err != nil {
 		return nil, err

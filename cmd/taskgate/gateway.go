@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime"
 	"strings"
 	"syscall"
@@ -135,7 +136,11 @@ func (g *gateway) setupProcess(stderr io.Writer) {
 		}
 	}
 	g.reg = prometheus.NewRegistry()
-	g.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// go_gc_heap_live_bytes (the heap the last collection found live) besides
+	// the go_memstats_* set: what a leak shows in, unlike allocated bytes.
+	g.reg.MustRegister(collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(
+		collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(`^/gc/heap/live:bytes$`)})),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	g.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "taskgate_log_lines_dropped_total",
 		Help: "Log lines dropped because the log output could not keep up (the next line written says how many)."},
 		func() float64 { return float64(g.lw.Dropped()) }))

@@ -292,6 +292,10 @@ func openStore(o *options, log zerolog.Logger) (*openedStore, error) {
 		rdb.Close()
 		return nil, fmt.Errorf("--redis: %w", err)
 	}
+	if cfg.Sentinels, err = taskstore.SentinelOptions(o.redisURL); err != nil {
+		rdb.Close()
+		return nil, fmt.Errorf("--redis: %w", err)
+	}
 	s, err := taskstore.NewRedis(rdb, cfg)
 	if err != nil {
 		rdb.Close()
