@@ -216,7 +216,7 @@ func testAdminFindStats(t *testing.T, b *backend) {
 }
 
 // TestAdminStatsCountersRedis checks that the Redis store's AdminStats,
-// which comes from counters (stats_redis.go), counts exactly on a
+// which comes from counters (redis_stats.go), counts exactly on a
 // redis-server holding many tasks changed by two replicas, and that it
 // reads no task: its commands do not grow with the number of tasks.
 func TestAdminStatsCountersRedis(t *testing.T) {

@@ -43,7 +43,7 @@
 // # Redis layout
 //
 // Keys come only from keys.go and carry the owner as a Cluster hash tag, so
-// each per-task operation is one Lua script on one slot (scripts.go: each
+// each per-task operation is one Lua script on one slot (redis_scripts.go: each
 // script's comment is its contract). The task hash expires at
 // CreatedAt+TTL; the owner's index zset (for List) and live zset (for
 // MaxPerOwner) expire a minute after the latest task they hold (rounded up
@@ -53,7 +53,7 @@
 //
 // Create, Get, Update, Finish, Cancel, Outcome and Renew are one network
 // round trip each, and concurrent operations share round trips: a batcher
-// pipelines the commands waiting at the same moment (batch.go).
+// pipelines the commands waiting at the same moment (redis_batch.go).
 //
 // Cost: a whole task as a client drives it on a 2025 session (create,
 // completed, tasks/result on the runner's replica) costs Redis 12
@@ -61,7 +61,7 @@
 // cap), and TestCommandCounts keeps every operation within its budget.
 // The scripts define no helpers they do not call (the hot ones none), so a
 // call runs only its own steps. What makes it few: no lease entry per task
-// (runners have heartbeats, runners.go); the owner's live zset only with a
+// (runners have heartbeats, redis_runners.go); the owner's live zset only with a
 // MaxPerOwner cap; a task's queue, inbox, listening mark and input
 // requests cleaned up at its end only when it had them (the task hash's
 // aux mark); long-lived keys (indexes, the runner zset) extended once per
@@ -80,7 +80,7 @@
 // concurrent Recovers fail each task once. A task whose runner still
 // beats is that runner's to finish.
 //
-// Admin index (admin.go, admin_redis.go): every task is in the global zset
+// Admin index (admin.go, redis_admin.go): every task is in the global zset
 // P:tasks (member "<owner>/<id>", score its creation ms) and has an
 // owner-by-id key P:id:<id> expiring with it, so operators list tasks
 // across owners newest first and find a task's owner from its id without
@@ -89,7 +89,7 @@
 // refused create writes neither). Members of expired tasks are removed by
 // AdminList when met and by Recover (the oldest ones). AdminStats reads no
 // task: it sums counters each store writes every 250 ms
-// (stats_redis.go).
+// (redis_stats.go).
 //
 // Wake-ups: scripts that change a task PUBLISH on the task's channel; Watch
 // shares one pub/sub connection per Redis value. A session channel is
@@ -98,7 +98,7 @@
 // and renews the entry every 30 s while it listens. The store is the source
 // of truth: subscribe first, then re-read.
 //
-// Task streams (stream.go): messages the upstream sends while a task runs
+// Task streams (redis_stream.go): messages the upstream sends while a task runs
 // wait in the task's queue list until one stream drains them (Drain takes
 // the whole list in one script, so a message reaches one stream only). A
 // tasks/result stream marks itself with SetListening; without the mark,

@@ -23,7 +23,7 @@ import (
 //	P:{owner}:q:<id>      list   outbound queue, FIFO; element = kind byte + message; expires with the task
 //	P:{owner}:in:<id>     list   inbox of client answers, FIFO; expires with the task
 //	P:{owner}:lis:<id>    string "1" while a tasks/result stream listens; PX min(mark ttl, task expiry)
-//	P:{owner}:res:<id>    string a large outcome (spill.go); the task hash's outcome field then
+//	P:{owner}:res:<id>    string a large outcome (redis_spill.go); the task hash's outcome field then
 //	                             holds spilledRaw; expires with the task
 //	P:{owner}:ir:<id>     hash   open input requests of the task: key -> request JSON; expires
 //	                             with the task, deleted when it ends
@@ -35,7 +35,7 @@ import (
 //	P:{owner}:sl          hash   session -> unix ms until which a replica listens on its
 //	                             channel (scripts publish there only then); expires with
 //	                             the latest registration
-//	P:runners             zset   member runner id, score = its heartbeat deadline (runners.go)
+//	P:runners             zset   member runner id, score = its heartbeat deadline (redis_runners.go)
 //	P:leases              zset   member "<owner>/<id>", score = a lease deadline: the per-task
 //	                             lease entries of earlier versions, drained by Recover
 //	                             (nothing adds to it any more)
@@ -44,7 +44,7 @@ import (
 //	                             task is gone by AdminList and Recover)
 //	P:id:<id>             string the task's owner (AdminFind); expires with the task
 //	P:st:<s>              hash   AdminStats counters of the tasks expiring in the second before
-//	                             unix second s: "<status>\x1f<tool>" -> count (stats_redis.go);
+//	                             unix second s: "<status>\x1f<tool>" -> count (redis_stats.go);
 //	                             expires a minute after s
 //	P:stb                 zset   the seconds s of the P:st:<s> keys (member = score = s)
 //	P:sr:<instance>       hash   a store instance's oldest running task per tool: tool -> CreatedAt
@@ -88,7 +88,7 @@ func (k keys) adminIndex() string { return k.prefix + ":tasks" }
 func (k keys) taskOwner(id string) string { return k.prefix + ":id:" + id }
 
 // statBucket, statBuckets, statRunner and statRunners are the AdminStats
-// counters (stats_redis.go; global keys, each its own slot).
+// counters (redis_stats.go; global keys, each its own slot).
 func (k keys) statBucket(sec int64) string { return k.prefix + ":st:" + strconv.FormatInt(sec, 10) }
 
 func (k keys) statBuckets() string { return k.prefix + ":stb" }

@@ -82,14 +82,14 @@ type Config struct {
 	// replicas acknowledged it (WAIT, at most WaitTimeout, default
 	// DefaultWaitTimeout); a write they did not acknowledge fails with
 	// ErrNotReplicated. WaitAll (Sentinel only) is every replica the
-	// sentinels list. Not used on a Cluster. See replicawait.go. Open's
+	// sentinels list. Not used on a Cluster. See redis_replicawait.go. Open's
 	// URL parameters wait_replicas and wait_timeout (ReplicaWait) set them.
 	WaitReplicas int
 	WaitTimeout  time.Duration
 	// Sentinels (SentinelOptions of a Sentinel URL) are asked, when a
 	// write fewer than WaitReplicas replicas acknowledged, whether the node
 	// that took it is the master all of them agree on; if so it is
-	// reported (see sentinelfence.go). nil: such a write fails.
+	// reported (see redis_sentinelfence.go). nil: such a write fails.
 	Sentinels *redis.FailoverOptions
 }
 
@@ -139,10 +139,10 @@ type Redis struct {
 	// keys live on one node, i.e. not on a Cluster.
 	fused bool
 	keep  keepCache    // long-lived keys this replica already extended
-	beats runnerBeats  // runners this store renews (runners.go)
+	beats runnerBeats  // runners this store renews (redis_runners.go)
 	lazy  lazyCalls    // task calls not yet recorded on their session (sessions.go)
 	reads *readBatcher // batches the HMGETs of Get and Outcome
-	stats statCounts   // AdminStats counters not yet written (stats_redis.go)
+	stats statCounts   // AdminStats counters not yet written (redis_stats.go)
 	k     keys
 	now   func() time.Time
 	cursors
@@ -231,7 +231,7 @@ func (s *Redis) nowMS() int64 { return s.now().UnixMilli() }
 // owner-by-id key; with a cap on a single node createCmd writes those two
 // itself. The lease is the task hash's
 // lease field; the first Create of a runner also registers the runner in
-// the runner zset (same round trip) and starts its heartbeat (runners.go):
+// the runner zset (same round trip) and starts its heartbeat (redis_runners.go):
 // no lease entry is written per task. t.StatusMessage is kept as the
 // initial message. opt.Lease <= 0 means DefaultLease. With ErrOwnerLimit
 // nothing is stored (where the admin entries were pipelined beside the
@@ -265,7 +265,9 @@ func (s *Redis) Create(ctx context.Context, t *Task, opt CreateOptions) error {
 	}}
 	calls := []scriptCall{create}
 	var extra []func(redis.Pipeliner)
-	fused := s.fused && opt.MaxPerOwner > 0
+	// With replica waits (Sentinel), everything the create writes is in the
+	// script, so that WAIT and the fence judge one write.
+	fused := s.fused && (opt.MaxPerOwner > 0 || s.reads.wait.on())
 	switch {
 	case fused:
 		calls[0].keys = append(calls[0].keys, adminKey, ownerKey)
@@ -677,7 +679,7 @@ const recoverBatch = 256
 // Recover implements Store. It finds runners whose heartbeat expired
 // before now-skew in the runner zset and fails their non-terminal tasks
 // whose own lease (the hash's field, authoritative) expired too
-// (runners.go), with terminateCmd and a lease cutoff; it first drains the
+// (redis_runners.go), with terminateCmd and a lease cutoff; it first drains the
 // per-task lease zset of earlier versions the same way. Several replicas
 // may run it at once: each task is failed by exactly one of them, and only
 // that one returns it. The failed tasks get status failed, statusMessage

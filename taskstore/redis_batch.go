@@ -29,7 +29,7 @@ import (
 // alone on a connection of its own from the client's pool (direct), at most
 // largeLanes at once, so it never holds up the small commands pipelined
 // behind it; large replies are kept out the same way by the callers
-// (spill.go reads a large outcome with direct). A batch's slots are cleared
+// (redis_spill.go reads a large outcome with direct). A batch's slots are cleared
 // once it ran, so no request or reply outlives its caller.
 type readBatcher struct {
 	rdb   redis.UniversalClient

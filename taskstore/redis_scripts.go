@@ -476,7 +476,7 @@ for i = 1, #stale do redis.call("ZREM", KEYS[1], stale[i]) end
 return out
 `))
 
-// Task streams (stream.go). Queue elements are the kind byte ("p", "n",
+// Task streams (redis_stream.go). Queue elements are the kind byte ("p", "n",
 // "r") followed by the message; "" is never an element, trim uses it as a
 // tombstone.
 

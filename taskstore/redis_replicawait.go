@@ -35,7 +35,7 @@ import (
 // On Sentinel (Config.Sentinels), N defaults to WaitAll, every replica the
 // sentinels list, and the pipeline also carries INFO server replication
 // and CLIENT INFO: a write fewer than N replicas acknowledged is still reported when the
-// sentinels confirm the node is the master (sentinelfence.go). Writes then
+// sentinels confirm the node is the master (redis_sentinelfence.go). Writes then
 // resume as soon as the sentinels agree on a new master, instead of when
 // the old master has rejoined as a replica.
 //
