@@ -55,7 +55,7 @@
 //     (a killed process), at most Config.Lease after the last renewal
 //     (LeaseRenew, LeaseTTL, LeaseSkew, LeaseCheck).
 //   - Reads and waits: Poll and Get (tasks/get: a read of a working task
-//     is held until it changes status or for HoldTime, at most
+//     running here is held until it changes status or for HoldTime, at most
 //     Config.PollHold, so a polling client learns of the end during the
 //     hold and needs about half the polls), Task, Outcome, List, LocalJob,
 //     AwaitLocal (a call running here: its runner's memory, no store

@@ -32,7 +32,8 @@ import (
 // ln 300/ln 1.05 ≈ 117 more to 10 minutes.
 //
 // Holding the poll lifts the floor (Engine.Poll): a tasks/get of a working
-// task is answered when the task changes status or after HoldTime (this
+// task, on the process that runs its call, is answered when the task
+// changes status or after HoldTime (this
 // same interval, at most Config.PollHold, 5 s by default), so a client
 // that follows pollInterval learns of an end during the hold at once and
 // of one during its wait at its next poll, one interval later as before.
