@@ -103,6 +103,13 @@ type Config struct {
 	// gets its plain result, one whose upstream asks the client something
 	// sooner gets an InputRequiredResult. Default 250ms.
 	PromoteWindow time.Duration
+	// PollHold bounds how long a tasks/get of a working task whose call
+	// runs in this process waits for the task to end or ask its client
+	// something before it answers: the
+	// task's reported pollInterval, at most PollHold (engine.Poll). A
+	// client that follows pollInterval then learns of the end as soon
+	// with about half the polls. Default 5s; < 0 = answer at once.
+	PollHold time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -125,6 +132,9 @@ func (c *Config) setDefaults() {
 	def(&c.Lease, DefaultLease)
 	def(&c.StoreTimeout, DefaultStoreTimeout)
 	def(&c.PromoteWindow, DefaultPromoteWindow)
+	if c.PollHold == 0 {
+		c.PollHold = DefaultPollHold
+	}
 	if c.TaskRate == 0 {
 		c.TaskRate = DefaultTaskRate
 	}

@@ -1,6 +1,10 @@
 package proxy
 
-import "time"
+import (
+	"time"
+
+	"github.com/taskgate/taskgate/proxy/engine"
+)
 
 // Defaults of Config, in one place. Config.setDefaults puts them into the
 // fields a caller left zero (or, where documented, negative), and
@@ -22,4 +26,5 @@ const (
 	DefaultListPageSize      = 50
 	DefaultMaxTasksPerOwner  = 100
 	DefaultPromoteWindow     = 250 * time.Millisecond
+	DefaultPollHold          = engine.PollHold // Config.PollHold
 )

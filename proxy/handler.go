@@ -148,6 +148,7 @@ func New(cfg Config, pol *policy.Policy, store taskstore.Store, log zerolog.Logg
 		TaskBurst:        cfg.TaskBurst,
 		HoldFor:          holdYoungMax,
 		HoldYoung:        holdYoungFor,
+		PollHold:         cfg.PollHold,
 	}, store, &h.log, &wire.Runner{F: h.f}, engineHooks(m, h.policy, h.tr, func() context.Context { return h.root }))
 	h.root = h.eng.Root()
 	h.f.Eng, h.f.Root = h.eng, h.root

@@ -260,6 +260,7 @@ func (g *gateway) newHandler() error {
 		ListPageSize:      o.listPageSize,
 		KeepAlive:         o.keepAlive,
 		PromoteWindow:     o.promoteWindow,
+		PollHold:          pollHold(o.pollHold),
 		Lease:             o.lease,
 		MaxTasksPerOwner:  o.maxTasksPerOwner,
 		AllowedOrigins:    splitList(o.allowedOrigins),
@@ -474,4 +475,13 @@ func storeName(o *options) string {
 		return "embedded"
 	}
 	return "redis"
+}
+
+// pollHold maps --poll-hold to proxy.Config.PollHold: 0 (off) is negative
+// there, where 0 means the default.
+func pollHold(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }

@@ -52,6 +52,7 @@ type options struct {
 	streamIdle, streamLifetime, upstreamIdleConn        time.Duration
 	keepAlive, lease, shutdownGrace, storeTimeout       time.Duration
 	promoteWindow                                       time.Duration
+	pollHold                                            time.Duration
 	// stdio upstream (--upstream-command)
 	upstreamCommand, upstreamDir           string
 	upstreamEnv                            []string
@@ -116,6 +117,8 @@ func newFlagSet(o *options) *flag.FlagSet {
 	durationVar(fs, &o.upstreamIdleConn, "upstream-idle-conn", proxy.DefaultUpstreamIdleConn, "close idle upstream keep-alive connections after this (keep below the upstream's idle limit)")
 	durationVar(fs, &o.promoteWindow, "promote-window", proxy.DefaultPromoteWindow,
 		"MCP 2026-07-28 clients: how long a task-eligible tools/call runs before it becomes a task (sooner: a plain result, or an InputRequiredResult when the upstream asks)")
+	durationVar(fs, &o.pollHold, "poll-hold", proxy.DefaultPollHold,
+		"on the replica that runs the call, hold a tasks/get of a working task until it ends or asks for input, for at most its pollInterval and this long: clients that follow pollInterval learn of the end as soon with about half the polls; 0 = answer at once")
 	durationVar(fs, &o.keepAlive, "keepalive", proxy.DefaultKeepAlive, "interval of SSE keep-alive comments on tasks/result waits")
 	durationVar(fs, &o.lease, "lease", proxy.DefaultLease, "task lease: a task whose runner died is failed by another replica within this (renewed every lease/5)")
 	durationVar(fs, &o.shutdownGrace, "shutdown-grace", defaultShutdownGrace, "on SIGTERM, how long running task calls may finish before they are cancelled and failed")
@@ -245,6 +248,9 @@ func (o *options) validate() error {
 		if d <= 0 {
 			return fmt.Errorf("%s: must be positive", name)
 		}
+	}
+	if o.pollHold < 0 {
+		return errors.New("--poll-hold: must not be negative (0 = off)")
 	}
 	if o.shutdownGrace < 0 {
 		return errors.New("--shutdown-grace: must not be negative")

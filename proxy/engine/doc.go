@@ -54,9 +54,10 @@
 //   - Leases: every process fails the tasks whose runner stopped renewing
 //     (a killed process), at most Config.Lease after the last renewal
 //     (LeaseRenew, LeaseTTL, LeaseSkew, LeaseCheck).
-//   - Reads and waits: Get (which briefly holds a read of a young call
-//     running here, HoldYoungGet, so a client polling a short call learns
-//     of its end without a second poll), Task, Outcome, List, LocalJob,
+//   - Reads and waits: Poll and Get (tasks/get: a read of a working task
+//     running here is held until it changes status or for HoldTime, at most
+//     Config.PollHold, so a polling client learns of the end during the
+//     hold and needs about half the polls), Task, Outcome, List, LocalJob,
 //     AwaitLocal (a call running here: its runner's memory, no store
 //     round trip), WaitTerminal (any call: a store subscription with
 //     re-reads, optionally delivering the task's queued messages through a

@@ -36,10 +36,13 @@ type Config struct {
 	// <= 0 disables it.
 	TaskRate  float64
 	TaskBurst int
-	// HoldFor and HoldYoung shape Get's wait for a young local call
-	// (HoldYoungGet): a call younger than HoldYoung is waited for up to
+	// HoldFor and HoldYoung shape Poll's wait for a young local call
+	// (holdYoung): a call younger than HoldYoung is waited for up to
 	// HoldFor.
 	HoldFor, HoldYoung time.Duration
+	// PollHold bounds how long Poll holds a tasks/get of a working task
+	// for its end (HoldTime); <= 0 answers at once.
+	PollHold time.Duration
 }
 
 // Hooks are the engine's metrics and tracing. Each may be nil.
@@ -135,7 +138,11 @@ func New(cfg Config, store taskstore.Store, log *zerolog.Logger, up Upstream, ho
 	}
 	e := &Engine{cfg: cfg, store: store, log: log, up: up, hooks: hooks}
 	e.Limits = &Limits{rate: newRateLimiter(cfg.TaskRate, cfg.TaskBurst, 65536), hooks: &e.hooks}
-	e.Mail = &Mailbox{store: store, queueMax: cfg.QueueMax, logAt: e.logAt}
+	e.Mail = &Mailbox{store: store, queueMax: cfg.QueueMax, logAt: e.logAt, changed: func(owner, taskID string) {
+		if j := e.LocalJob(owner, taskID); j != nil {
+			j.noteChanged()
+		}
+	}}
 	// The root's cause reaches every running call (their contexts derive
 	// from it): context.Cause tells a shutdown from a client's cancel.
 	root, cancelRoot := context.WithCancelCause(context.Background())
@@ -254,6 +261,9 @@ func (e *Engine) RunnersIdle() int { return int(e.runs.idle.Load()) }
 func (e *Engine) SetHold(holdFor, holdYoung time.Duration) {
 	e.cfg.HoldFor, e.cfg.HoldYoung = holdFor, holdYoung
 }
+
+// SetPollHold changes PollHold (tests; before any task runs).
+func (e *Engine) SetPollHold(d time.Duration) { e.cfg.PollHold = d }
 
 // Why a runner's call ended early (context.Cause of its context).
 var (

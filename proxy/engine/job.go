@@ -180,7 +180,18 @@ func (j *Job) noteQueued() {
 	j.mu.Unlock()
 }
 
-// changes returns a channel closed at the next noteQueued. Check queued
+// noteChanged wakes the local waiters after the task's status changed
+// (Poll's holds re-read it).
+func (j *Job) noteChanged() {
+	j.mu.Lock()
+	if j.wake != nil {
+		close(j.wake)
+		j.wake = nil
+	}
+	j.mu.Unlock()
+}
+
+// changes returns a channel closed at the next noteQueued or noteChanged. Check queued
 // after taking it, so no wake-up is lost.
 func (j *Job) changes() <-chan struct{} {
 	j.mu.Lock()

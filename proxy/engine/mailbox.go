@@ -35,6 +35,9 @@ type Mailbox struct {
 	queueMax int // Config.QueueMax
 	// logAt is the engine's logger for a line written for the work of ctx.
 	logAt func(ctx context.Context) *zerolog.Logger
+	// changed wakes the local waiters (Poll's holds) of owner's task
+	// taskID, running here or not, after its status changed.
+	changed func(owner, taskID string)
 }
 
 // statusThrottle is the least time between two progress-driven
@@ -94,6 +97,7 @@ func (mb *Mailbox) InputRequired(ctx context.Context, j *Job, method string) {
 	if _, err := mb.store.Update(ctx, j.Task.Owner, j.Task.ID, taskstore.InputRequired, "waiting for the client to answer "+method); err != nil {
 		j.Log.Debug().Err(err).Msg("moving the task to input_required failed")
 	}
+	j.noteChanged()
 }
 
 // TakeAnswers takes the client's answers waiting in the task's inbox
@@ -238,6 +242,9 @@ func (mb *Mailbox) AskFor(ctx context.Context, owner, session, taskID, qid, meth
 	}
 	if _, err := mb.store.Update(ctx, owner, taskID, taskstore.InputRequired, "waiting for the client to answer "+method); err != nil {
 		mb.logAt(ctx).Debug().Err(err).Msg("moving the task to input_required failed")
+	}
+	if mb.changed != nil {
+		mb.changed(owner, taskID)
 	}
 	_, err := mb.store.Enqueue(ctx, owner, taskID, taskstore.KindRequest, msg, mb.queueMax)
 	return err

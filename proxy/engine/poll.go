@@ -12,26 +12,38 @@ import (
 // interval learns that a task ended at most one interval late, and the
 // interval it followed was set when the task was younger than its end, so
 // the delay stays within max(PollMin, 5 % of the task's duration) (plus
-// the poll's round trip). The cost is PollMin's rate while the task is
-// young (a 2 s task: about 20 polls) and then a constant number of polls
-// per doubling of the age (ln 2/ln 1.05, about 14): a 10-minute task 138.
+// the poll's round trip). Answered at once, the cost is PollMin's rate
+// while the task is young (a 2 s task: about 20 polls) and then a constant
+// number of polls per doubling of the age (ln 2/ln 1.05, about 14): a
+// 10-minute task 138; held (below), about half.
 //
-// No schedule meets that delay bound with fewer polls than 137 for 10
-// minutes (TestPollScheduleFloor). The bound holds for every duration,
-// and a task seen running at age t may end just after it and is then owed
-// its answer within max(PollMin, 5 % of t): so the next poll may come at
-// most that long after t, whatever the schedule knows. Knowing more does
-// not lift this: a tool's usual duration or the progress a task reports
-// (total, ETA) say when it will probably end, not that it cannot end (fail,
-// be cancelled) sooner, and a poll skipped on that guess breaks the bound
-// for the task that did. Waiting the most allowed at every poll is the
-// fewest polls (x ↦ x + max(PollMin, x/20) is increasing, so by induction
-// no valid schedule's k-th poll comes later), and that is this schedule:
-// 20 polls to 2 s, then ×1.05 per poll, ln 300/ln 1.05 ≈ 117 more to 10
-// minutes. About 100 polls for 10 minutes with about 20 for 2 s needs a
-// looser bound, 7.5 % of the duration (98 and 19 polls), or a client that
-// does not poll: one that wants to learn sooner, or to poll less, listens
-// on the GET stream, where status notifications arrive as they happen.
+// No schedule whose polls are answered at once meets that delay bound
+// with fewer polls than 137 for 10 minutes (TestPollScheduleFloor). The
+// bound holds for every duration, and a task seen running at age t may end
+// just after it and is then owed its answer within max(PollMin, 5 % of t):
+// so the next poll may come at most that long after t, whatever the
+// schedule knows. Knowing more does not lift this: a tool's usual duration
+// or the progress a task reports (total, ETA) say when it will probably
+// end, not that it cannot end (fail, be cancelled) sooner, and a poll
+// skipped on that guess breaks the bound for the task that did. Waiting
+// the most allowed at every poll is the fewest polls (x ↦ x + max(PollMin,
+// x/20) is increasing, so by induction no valid schedule's k-th poll comes
+// later), and that is this schedule: 20 polls to 2 s, then ×1.05 per poll,
+// ln 300/ln 1.05 ≈ 117 more to 10 minutes.
+//
+// Holding the poll lifts the floor (Engine.Poll): a tasks/get of a working
+// task, on the process that runs its call, is answered when the task
+// changes status or after HoldTime (this
+// same interval, at most Config.PollHold, 5 s by default), so a client
+// that follows pollInterval learns of an end during the hold at once and
+// of one during its wait at its next poll, one interval later as before.
+// Each poll then covers a hold and an interval: about ×1.1 of the age per
+// poll instead of ×1.05, 11 polls for 2 s and 77 for 10 minutes with the
+// delay still within max(PollMin, 5 %) (TestPollScheduleCost). The cost
+// moves to time: a held request is open up to 5 s, well under the limits
+// of gateways (30-60 s) and of clients' request timeouts. A client that
+// wants to learn sooner still, or to poll less, listens on the GET
+// stream, where status notifications arrive as they happen.
 //
 // A terminal task reports the policy's value (nothing is left to poll). An
 // owner that has spent more than half of its rate-limit burst is told at

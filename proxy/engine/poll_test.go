@@ -40,9 +40,11 @@ func TestPollInterval(t *testing.T) {
 
 // followSchedule simulates a client that polls a task of duration d as
 // the TS SDK does: a tasks/get right after the CreateTaskResult, then one
-// each reported pollInterval, each poll taking rtt. It returns the number
-// of tasks/get and how late the client learnt of the end.
-func followSchedule(d, bound, rtt time.Duration) (polls int, late time.Duration) {
+// each reported pollInterval, each poll taking rtt. taskgate holds a poll
+// of the working task for HoldTime (limit hold; 0 answers at once) and
+// answers at once when the task ends during it. It returns the number of
+// tasks/get and how late the client learnt of the end.
+func followSchedule(d, bound, hold, rtt time.Duration) (polls int, late time.Duration) {
 	created := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	tk := &taskstore.Task{Status: taskstore.Working, CreatedAt: created, PollInterval: bound}
 	at := rtt // the create's round trip
@@ -52,43 +54,57 @@ func followSchedule(d, bound, rtt time.Duration) (polls int, late time.Duration)
 		if at >= d {
 			return polls, at + rtt/2 - d
 		}
+		if h := HoldTime(tk, created.Add(at), hold); at+h >= d {
+			return polls, rtt / 2 // answered as it ends
+		} else {
+			at += h
+		}
 		at += rtt/2 + PollInterval(tk, created.Add(at), false)
 	}
 }
 
 // The schedule keeps a following client's delay within max(100 ms, 5 % of
 // the task's duration) plus one round trip, for every duration from 10 ms
-// to an hour, and costs about 20 polls for 2 s and about 140 for 10
+// to an hour, with polls answered at once and with polls held (PollHold).
+// Answered at once it costs about 20 polls for 2 s and about 140 for 10
 // minutes (the count grows with the logarithm of the duration once 5 % of
-// it exceeds PollMin). The table is the one cmd/tgload's README gives.
+// it exceeds PollMin); held, about half: 11 and 77. The tables are the
+// ones cmd/tgload's README gives.
 func TestPollScheduleCost(t *testing.T) {
 	const rtt = 2 * time.Millisecond
 	const bound = 30 * time.Second // the policy's default
 	for _, tc := range []struct {
+		hold     time.Duration
 		d        time.Duration
 		maxPolls int
 	}{
-		{d: 100 * time.Millisecond, maxPolls: 2},
-		{d: 2 * time.Second, maxPolls: 21},
-		{d: 30 * time.Second, maxPolls: 76},
-		{d: 10 * time.Minute, maxPolls: 140},
+		{hold: 0, d: 100 * time.Millisecond, maxPolls: 2},
+		{hold: 0, d: 2 * time.Second, maxPolls: 21},
+		{hold: 0, d: 30 * time.Second, maxPolls: 76},
+		{hold: 0, d: 10 * time.Minute, maxPolls: 140},
+		{hold: PollHold, d: 100 * time.Millisecond, maxPolls: 1},
+		{hold: PollHold, d: 2 * time.Second, maxPolls: 11},
+		{hold: PollHold, d: 30 * time.Second, maxPolls: 39},
+		{hold: PollHold, d: 10 * time.Minute, maxPolls: 77},
 	} {
-		polls, late := followSchedule(tc.d, bound, rtt)
-		t.Logf("task of %v: %d polls, learnt %v after its end", tc.d, polls, late)
+		polls, late := followSchedule(tc.d, bound, tc.hold, rtt)
+		t.Logf("hold %v, task of %v: %d polls, learnt %v after its end", tc.hold, tc.d, polls, late)
 		if polls > tc.maxPolls {
-			t.Errorf("task of %v: %d polls, want at most %d", tc.d, polls, tc.maxPolls)
+			t.Errorf("hold %v, task of %v: %d polls, want at most %d", tc.hold, tc.d, polls, tc.maxPolls)
 		}
 	}
-	worst := 0.0
-	for d := 10 * time.Millisecond; d <= time.Hour; d += d/200 + time.Millisecond {
-		_, late := followSchedule(d, bound, rtt)
-		allowed := min(max(PollMin, d/20), bound) + 2*rtt
-		if late > allowed {
-			t.Fatalf("task of %v: learnt %v after its end, want at most %v", d, late, allowed)
+	for _, hold := range []time.Duration{0, PollHold, time.Second, time.Minute} {
+		worst := 0.0
+		for d := 10 * time.Millisecond; d <= time.Hour; d += d/200 + time.Millisecond {
+			_, late := followSchedule(d, bound, hold, rtt)
+			allowed := min(max(PollMin, d/20), bound) + 2*rtt
+			if late > allowed {
+				t.Fatalf("hold %v, task of %v: learnt %v after its end, want at most %v", hold, d, late, allowed)
+			}
+			worst = max(worst, float64(late)/float64(allowed))
 		}
-		worst = max(worst, float64(late)/float64(allowed))
+		t.Logf("hold %v: worst delay over 10 ms..1 h: %.2f of the allowed", hold, worst)
 	}
-	t.Logf("worst delay over 10 ms..1 h: %.2f of the allowed", worst)
 }
 
 // floorPolls is the fewest polls any schedule needs to see a task of
@@ -106,17 +122,24 @@ func floorPolls(d time.Duration, share float64) int {
 	return n
 }
 
-// The schedule is within two polls of the floor for the delay bound
-// max(100 ms, 5 % of the duration) at every duration from 100 ms to 10
-// minutes: no schedule meeting that bound polls a 10-minute task about 100
-// times (the floor is 137). The floor for other shares shows what a looser
-// bound would buy: about 100 polls for 10 minutes needs 7.5 % (98).
+// Answered at once, the schedule is within two polls of the floor for the
+// delay bound max(100 ms, 5 % of the duration) at every duration from
+// 100 ms to 10 minutes: no schedule that answers at once and meets that
+// bound polls a 10-minute task about 100 times (the floor is 137). The
+// floor for other shares shows what a looser bound would buy: about 100
+// polls for 10 minutes needs 7.5 % (98). Held polls are not bound by it
+// (the client learns of the end during a hold without a poll): the same
+// schedule held needs at most 60 % of that floor from 2 s on.
 func TestPollScheduleFloor(t *testing.T) {
 	const bound = 30 * time.Second
 	for d := 100 * time.Millisecond; d <= 10*time.Minute; d += d / 50 {
-		polls, _ := followSchedule(d, bound, 0)
-		if floor := floorPolls(d, 1.0/PollShare); polls > floor+2 {
+		polls, _ := followSchedule(d, bound, 0, 0)
+		floor := floorPolls(d, 1.0/PollShare)
+		if polls > floor+2 {
 			t.Fatalf("task of %v: %d polls, the floor for 5 %% is %d", d, polls, floor)
+		}
+		if held, _ := followSchedule(d, bound, PollHold, 0); d >= 2*time.Second && float64(held) > 0.6*float64(floor) {
+			t.Fatalf("task of %v: %d polls held, want at most 60 %% of the floor %d", d, held, floor)
 		}
 	}
 	for _, tc := range []struct {

@@ -73,14 +73,11 @@ func (e *Engine) LocalJob(owner, taskID string) *Job {
 // RunsHere reports whether owner's task taskID runs in this process.
 func (e *Engine) RunsHere(owner, taskID string) bool { return e.LocalJob(owner, taskID) != nil }
 
-// Get returns owner's task taskID: for a young call running here, the
-// terminal task its runner stores within HoldFor (HoldYoungGet), else the
-// store's.
+// Get returns owner's task taskID as tasks/get answers it: Poll without
+// the outcome.
 func (e *Engine) Get(ctx context.Context, owner, taskID string) (*taskstore.Task, error) {
-	if t := e.HoldYoungGet(owner, taskID); t != nil {
-		return t, nil
-	}
-	return e.store.Get(ctx, owner, taskID)
+	t, _, err := e.Poll(ctx, owner, taskID, false)
+	return t, err
 }
 
 // Task reads owner's task taskID from the store (no hold; see Get).

@@ -197,17 +197,16 @@ func (e *Engine) AwaitSettled(ctx context.Context, j *Job) (*taskstore.Task, *ta
 	}
 }
 
-// HoldYoungGet serves a read of a call that runs in this process and
-// started less than HoldYoung ago: it waits up to HoldFor for the call to
-// end and then returns the terminal task the runner stored, so a client
-// polling a short call learns of its end in this answer instead of after
-// a poll interval and another poll. It returns nil (the caller reads the
-// store) when the call is not local, older, still running after the wait,
-// or when the runner stored no outcome.
-func (e *Engine) HoldYoungGet(owner, taskID string) *taskstore.Task {
-	j := e.LocalJob(owner, taskID)
-	if j == nil || time.Since(j.Task.CreatedAt) >= e.cfg.HoldYoung {
-		return nil
+// holdYoung serves Poll's read of j, a call that runs in this process,
+// when it started less than HoldYoung ago: it waits up to HoldFor for the
+// call to end and then returns the terminal task and outcome the runner
+// stored, so a client polling a short call learns of its end in this
+// answer instead of after a poll interval and another poll. It returns
+// nil (the caller reads the store) when the call is older, still running
+// after the wait, or when the runner stored no outcome.
+func (e *Engine) holdYoung(j *Job) (*taskstore.Task, *taskstore.Outcome) {
+	if time.Since(j.Task.CreatedAt) >= e.cfg.HoldYoung {
+		return nil, nil
 	}
 	select {
 	case <-j.settled:
@@ -217,15 +216,15 @@ func (e *Engine) HoldYoungGet(owner, taskID string) *taskstore.Task {
 		select {
 		case <-j.settled:
 		case <-tm.C:
-			return nil
+			return nil, nil
 		case <-e.root.Done():
-			return nil
+			return nil, nil
 		}
 	}
 	if t := j.finalTask; t != nil && time.Now().Before(t.ExpiresAt()) {
-		return t
+		return t, j.finalOut
 	}
-	return nil
+	return nil, nil
 }
 
 // WaitTerminalOrInput waits, through the store, until owner's task taskID

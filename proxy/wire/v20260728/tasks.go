@@ -460,7 +460,7 @@ func (w *Wire) tasksMethod(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.E
 	info.TaskID = taskID
 	switch env.Method {
 	case wire.MethodTasksGet:
-		t, out, err := w.Eng.Outcome(w.CtxOf(info), owner, taskID)
+		t, out, err := w.Eng.Poll(w.CtxOf(info), owner, taskID, true)
 		if err != nil {
 			w.StoreError(rc, info, env.ID, err)
 			return
