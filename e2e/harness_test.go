@@ -130,6 +130,12 @@ type gateway struct {
 // with extra flags and waits for its /healthz.
 func startTaskgate(t testing.TB, upstream string, extra ...string) *gateway {
 	t.Helper()
+	return startTaskgateBin(t, taskgateBin, upstream, extra...)
+}
+
+// startTaskgateBin is startTaskgate with the taskgate binary bin.
+func startTaskgateBin(t testing.TB, bin, upstream string, extra ...string) *gateway {
+	t.Helper()
 	path := "/mcp"
 	if u, err := url.Parse(upstream); err == nil && u.Path != "" {
 		path = u.Path
@@ -141,7 +147,7 @@ func startTaskgate(t testing.TB, upstream string, extra ...string) *gateway {
 		// to notice; TestDrainOnSIGTERM sets its own.
 		args := append([]string{"--upstream", upstream, "--listen", listen, "--admin-listen", admin,
 			"--log-level", "debug", "--drain-delay", "0"}, extra...)
-		p := startProc(t, "taskgate", taskgateBin, args...)
+		p := startProc(t, "taskgate", bin, args...)
 		g.URL, g.Admin = "http://"+listen+path, "http://"+admin
 		err := e2etest.WaitReady(p, 10*time.Second, func() bool { return e2etest.HTTPOK(g.Admin + "/healthz") })
 		if err != nil {
