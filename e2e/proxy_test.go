@@ -427,7 +427,7 @@ func TestHelpListsFlagsAndEnv(t *testing.T) {
 		"queue-max", "task-rate", "task-burst", "direct-io", "procs", "upstream-ca",
 		"upstream-command", "upstream-env", "upstream-dir", "stdio-max-children", "stdio-idle-timeout",
 		"stdio-init-timeout", "stdio-max-line", "stdio-stop-grace", "stdio-shared", "sched-batch",
-		"drain-delay", "tls-cert", "tls-key", "tls-client-ca", "admin-token-file"}
+		"drain-delay", "tls-cert", "tls-key", "tls-client-ca", "admin-token-file", "poll-hold"}
 	for _, f := range flags {
 		env := "TASKGATE_" + strings.ToUpper(strings.ReplaceAll(f, "-", "_"))
 		if !strings.Contains(string(out), "--"+f+"  ["+env+"]") {

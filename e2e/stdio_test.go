@@ -269,8 +269,12 @@ func TestStdioSessionsIsolated(t *testing.T) {
 	}
 	// The children's stderr is in taskgate's log, marked with the session
 	// hash the request lines use; raw session ids never are.
-	waitFor(t, 10*time.Second, "the children's stderr in the log", func() bool {
-		return strings.Count(gw.p.Output(), `serving on stdio`) == 2
+	// Both children's stderr, and the request lines of both sessions (a
+	// request's line is written when it has been answered, maybe after the
+	// child's first stderr line).
+	waitFor(t, 10*time.Second, "the children's stderr and both sessions' request lines in the log", func() bool {
+		out := gw.p.Output()
+		return strings.Count(out, `serving on stdio`) == 2 && strings.Count(out, `"rpc_method":"notifications/initialized","session":"`) >= 2
 	})
 	out := gw.p.Output()
 	for _, line := range strings.Split(out, "\n") {

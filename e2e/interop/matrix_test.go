@@ -605,27 +605,42 @@ func credentials(c client, n string) map[string]string {
 }
 
 func runCell(t *testing.T, s server, c client) map[string]verdict {
-	base := s.calls
-	base.Era = c.era
+	attempt := func() (d, g runOut, v map[string]verdict) {
+		base := s.calls
+		base.Era = c.era
 
-	dir := t.TempDir()
-	direct := s.start(t, dir)
-	cfg := withRoot(base, direct)
-	cfg.Target = direct
-	d := c.run(t, cfg)
+		dir := t.TempDir()
+		direct := s.start(t, dir)
+		cfg := withRoot(base, direct)
+		cfg.Target = direct
+		d = c.run(t, cfg)
 
-	up := s.start(t, dir)
-	gw := startTaskgate(t, up, s.policy)
-	cfg = withRoot(base, up)
-	cfg.Target, cfg.Gateway = target{URL: gw, Headers: credentials(c, "1")}, true
-	g := c.run(t, cfg)
+		up := s.start(t, dir)
+		gw := startTaskgate(t, up, s.policy)
+		cfg = withRoot(base, up)
+		cfg.Target, cfg.Gateway = target{URL: gw, Headers: credentials(c, "1")}, true
+		g = c.run(t, cfg)
 
-	var iso runOut
-	if s.stateful && ok(d, "plain") {
-		second := cellConfig{Target: target{URL: gw, Headers: credentials(c, "2")}, Era: c.era, Gateway: true, Plain: cfg.Plain}
-		iso = c.run(t, second)
+		var iso runOut
+		if s.stateful && ok(d, "plain") {
+			second := cellConfig{Target: target{URL: gw, Headers: credentials(c, "2")}, Era: c.era, Gateway: true, Plain: cfg.Plain}
+			iso = c.run(t, second)
+		}
+		return d, g, judge(s, c, d, g, iso)
 	}
-	v := judge(s, c, d, g, iso)
+	d, g, v := attempt()
+	// Some servers are not deterministic on a loaded machine
+	// (mcp-server-code-runner has answered console.log(42) with an empty
+	// output, directly as through taskgate): a cell with a failed check
+	// (not a known gap) runs once more, both ways, from fresh processes,
+	// and fails only when a check fails again.
+	for _, k := range checks {
+		if v[k].state == "fail" && knownGaps[s.row()+" × "+c.col()+": "+k] == "" {
+			t.Logf("%s × %s: %s failed (%s); running the cell once more", s.row(), c.col(), k, v[k].why)
+			d, g, v = attempt()
+			break
+		}
+	}
 	var lines []string
 	for _, k := range checks {
 		line := fmt.Sprintf("%-9s %-4s", k, v[k].state)
