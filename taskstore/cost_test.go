@@ -93,17 +93,21 @@ func redisCPU(ctx context.Context, admin *redis.Client) (float64, error) {
 	return sum, nil
 }
 
-// TestTaskCost measures what a whole task (create, completed, tasks/result
-// on the replica that ran it) costs Redis, per command, over
+// BenchmarkTaskCost measures what a whole task (create, completed,
+// tasks/result on the replica that ran it) costs Redis, per command, over
 // TASKGATE_COST_TASKS tasks (default 2000) on a fresh redis-server, and
-// AdminStats at TASKGATE_COST_LIVE live tasks (default 10000). It only
-// runs when TASKGATE_COST is set (a measurement, not a check: nothing is
-// asserted). With TASKGATE_COST_REDIS_CPU=n the redis-server is pinned to
-// CPU n (taskset); pin the test itself with taskset -c m.
-func TestTaskCost(t *testing.T) {
-	if os.Getenv("TASKGATE_COST") == "" {
-		t.Skip("a measurement: set TASKGATE_COST=1")
-	}
+// AdminStats at TASKGATE_COST_LIVE live tasks (default 10000). It is a
+// measurement that reports and asserts nothing (TestCommandCounts asserts
+// the counts); one run is the whole measurement, so run it with
+// -benchtime 1x:
+//
+//	go test -run '^$' -bench BenchmarkTaskCost -benchtime 1x ./taskstore/
+//
+// With TASKGATE_COST_REDIS_CPU=n the redis-server is pinned to CPU n
+// (taskset); pin the test itself with taskset -c m.
+func BenchmarkTaskCost(b *testing.B) {
+	b.ReportAllocs()
+	t := b
 	n := envInt("TASKGATE_COST_TASKS", 2000)
 	live := envInt("TASKGATE_COST_LIVE", 10000)
 	addr := redistest.Start(t)
