@@ -110,3 +110,14 @@ func RPCResult(rc *fasthttp.RequestCtx, id, result []byte) {
 	rc.Response.Header.SetContentType("application/json")
 	rc.SetBody(AppendResult(make([]byte, 0, len(result)+64), id, result))
 }
+
+// SSEHeader starts rc's answer as a Server-Sent Events stream: HTTP 200,
+// text/event-stream, no caching; with streaming, the headers are flushed
+// before the body so that the client sees the stream open while its
+// events are still to come (SetBodyStreamWriter).
+func SSEHeader(rc *fasthttp.RequestCtx, streaming bool) {
+	rc.SetStatusCode(fasthttp.StatusOK)
+	rc.Response.Header.SetContentType("text/event-stream")
+	rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+	rc.Response.ImmediateHeaderFlush = streaming
+}

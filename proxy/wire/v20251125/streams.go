@@ -196,9 +196,7 @@ func (w *Wire) getStream(rc *fasthttp.RequestCtx, info *wire.Info) {
 		done()
 		cancel()
 		done, cancel, abort = func() {}, func() {}, func() {}
-		rc.SetStatusCode(fasthttp.StatusOK)
-		rc.Response.Header.SetContentType("text/event-stream")
-		rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+		wire.SSEHeader(rc, false)
 	default:
 		rc.SetStatusCode(resp.StatusCode())
 		resp.Header.CopyTo(&rc.Response.Header)

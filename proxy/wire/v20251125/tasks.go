@@ -540,9 +540,7 @@ func (w *Wire) localResult(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, 
 			return
 		case settled:
 			// An SSE-only client: the result is the stream's one event.
-			rc.SetStatusCode(fasthttp.StatusOK)
-			rc.Response.Header.SetContentType("text/event-stream")
-			rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+			wire.SSEHeader(rc, false)
 			rc.SetBody(sse.Append(nil, resultEventID(taskID, id), appendOutcome(nil, id, t, out)))
 			return
 		}
@@ -630,10 +628,7 @@ func (w *Wire) streamResult(rc *fasthttp.RequestCtx, info *wire.Info, id []byte,
 // messages (SetListening).
 func (w *Wire) startResultStream(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, taskID string,
 	body func(ctx context.Context, bw *bufio.Writer, evID string, left *atomic.Bool) string) {
-	rc.SetStatusCode(fasthttp.StatusOK)
-	rc.Response.Header.SetContentType("text/event-stream")
-	rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
-	rc.Response.ImmediateHeaderFlush = true
+	wire.SSEHeader(rc, true)
 	evID := resultEventID(taskID, id)
 	// The stream writer below runs after the handler has returned, when rc,
 	// its Request, Response and headers are fasthttp's: it never touches

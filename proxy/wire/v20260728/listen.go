@@ -96,10 +96,7 @@ func (w *Wire) listen(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Envelo
 	s.hub.add(l)
 	first := appendNotification(nil, "notifications/subscriptions/acknowledged", []byte(`{"notifications":`+string(ack)+`}`), id)
 
-	rc.SetStatusCode(fasthttp.StatusOK)
-	rc.Response.Header.SetContentType("text/event-stream")
-	rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
-	rc.Response.ImmediateHeaderFlush = true
+	wire.SSEHeader(rc, true)
 	// The writer runs after the handler returned: it uses copies only (id
 	// in l, first) and conn, to see the client leave.
 	conn := rc.Conn()

@@ -137,10 +137,7 @@ func (w *Wire) createTask(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.En
 func (w *Wire) streamPlain(rc *fasthttp.RequestCtx, info *wire.Info, id []byte, owner string, j *wire.Job, m *reqMeta, n []byte, asked <-chan struct{}, hold bool, untrack func()) {
 	id = append([]byte(nil), id...)
 	meta := *m
-	rc.SetStatusCode(fasthttp.StatusOK)
-	rc.Response.Header.SetContentType("text/event-stream")
-	rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
-	rc.Response.ImmediateHeaderFlush = true
+	wire.SSEHeader(rc, true)
 	// The writer runs after the handler returned: it uses copies (id,
 	// meta, n), the job and conn, never rc.
 	conn := rc.Conn()

@@ -483,17 +483,12 @@ func (w *Wire) bridgeStream(rc *fasthttp.RequestCtx, info *wire.Info, method str
 		if a.outcome != "" {
 			info.Outcome = a.outcome
 		}
-		rc.SetStatusCode(fasthttp.StatusOK)
-		rc.Response.Header.SetContentType("text/event-stream")
-		rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
+		wire.SSEHeader(rc, false)
 		rc.SetBody(sse.Append(b, "", a.msg))
 		return
 	case first = <-notes:
 	}
-	rc.SetStatusCode(fasthttp.StatusOK)
-	rc.Response.Header.SetContentType("text/event-stream")
-	rc.Response.Header.Set(fasthttp.HeaderCacheControl, "no-cache")
-	rc.Response.ImmediateHeaderFlush = true
+	wire.SSEHeader(rc, true)
 	// The writer runs after the handler returned: it uses first, the
 	// channels and conn (to see the client leave), never rc.
 	conn := rc.Conn()
