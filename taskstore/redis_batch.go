@@ -144,7 +144,10 @@ func (b *readBatcher) run(batch []*readReq) {
 	n := 0
 	var cmds []redis.Cmder // for WAIT only
 	for _, r := range batch {
-		if r.ctx.Err() != nil {
+		if err := r.ctx.Err(); err != nil {
+			// Its caller may see done before its own ctx: the command
+			// must carry the reason it was not sent, not an empty reply.
+			r.cmd.SetErr(err)
 			continue
 		}
 		if d, ok := r.ctx.Deadline(); !ok {
