@@ -55,11 +55,7 @@ func Open(rawURL string) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("taskstore: open %s: %w", redactURL(rawURL), err)
 		}
-		o.ContextTimeoutEnabled = true
-		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = timeouts(o.DialTimeout, o.ReadTimeout, o.WriteTimeout)
-		if o.TLSConfig == nil && o.Dialer == nil {
-			o.Dialer = opaqueDialer(o.DialTimeout)
-		}
+		clientDefaults(&o.ContextTimeoutEnabled, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.Dialer, o.TLSConfig != nil)
 		return redis.NewClient(o), nil
 	case "redis+cluster", "rediss+cluster":
 		u, err := multiHostURL(strings.TrimSuffix(scheme, "+cluster"), rest, nil)
@@ -70,22 +66,14 @@ func Open(rawURL string) (redis.UniversalClient, error) {
 		if err != nil {
 			return nil, fmt.Errorf("taskstore: open %s: %w", redactURL(rawURL), err)
 		}
-		o.ContextTimeoutEnabled = true
-		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = timeouts(o.DialTimeout, o.ReadTimeout, o.WriteTimeout)
-		if o.TLSConfig == nil && o.Dialer == nil {
-			o.Dialer = opaqueDialer(o.DialTimeout)
-		}
+		clientDefaults(&o.ContextTimeoutEnabled, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.Dialer, o.TLSConfig != nil)
 		return redis.NewClusterClient(o), nil
 	case "redis+sentinel", "rediss+sentinel":
 		o, err := parseSentinelURL(scheme, rest)
 		if err != nil {
 			return nil, fmt.Errorf("taskstore: open %s: %w", redactURL(rawURL), err)
 		}
-		o.ContextTimeoutEnabled = true
-		o.DialTimeout, o.ReadTimeout, o.WriteTimeout = timeouts(o.DialTimeout, o.ReadTimeout, o.WriteTimeout)
-		if o.TLSConfig == nil && o.Dialer == nil {
-			o.Dialer = opaqueDialer(o.DialTimeout)
-		}
+		clientDefaults(&o.ContextTimeoutEnabled, &o.DialTimeout, &o.ReadTimeout, &o.WriteTimeout, &o.Dialer, o.TLSConfig != nil)
 		return redis.NewFailoverClient(o), nil
 	default:
 		return nil, fmt.Errorf("taskstore: open %s: unsupported scheme %q", redactURL(rawURL), scheme)
@@ -148,17 +136,24 @@ func opaqueDialer(timeout time.Duration) func(context.Context, string, string) (
 // opaqueConn is a net.Conn without SyscallConn or NetConn methods.
 type opaqueConn struct{ net.Conn }
 
-func timeouts(dial, read, write time.Duration) (time.Duration, time.Duration, time.Duration) {
-	if dial == 0 {
-		dial = DefaultDialTimeout
+// clientDefaults sets what Open gives every kind of client (one server,
+// Cluster, Sentinel; their options are distinct types with the same
+// fields): context timeouts on, DefaultDialTimeout etc. where the URL set
+// none, and opaqueDialer for connections without TLS unless a dialer is
+// set already.
+func clientDefaults(ctxTimeout *bool, dial, read, write *time.Duration, dialer *func(context.Context, string, string) (net.Conn, error), tls bool) {
+	*ctxTimeout = true
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{dial, DefaultDialTimeout}, {read, DefaultReadTimeout}, {write, DefaultWriteTimeout}} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
 	}
-	if read == 0 {
-		read = DefaultReadTimeout
+	if !tls && *dialer == nil {
+		*dialer = opaqueDialer(*dial)
 	}
-	if write == 0 {
-		write = DefaultWriteTimeout
-	}
-	return dial, read, write
 }
 
 // multiHostURL turns "userinfo@h1:p1,h2:p2/path?query" into the single-host
