@@ -26,7 +26,9 @@ func (s *watchCounter) WatchKinds(ctx context.Context, owner, id string, kinds t
 }
 
 // storeLag is how far the test store's clock is behind: its new tasks
-// are that old (holdAge) to the engine, so a poll of them is held 3 s.
+// are that old to the engine, so their delay bound is 3 s (holdAge) and a
+// poll of them is held 5 s (twice that, at most PollHold): an answer
+// sooner than holdAge did not come from the hold's end.
 const (
 	storeLag = time.Minute
 	holdAge  = 3 * time.Second
@@ -118,7 +120,9 @@ func waitHeld(t *testing.T, j *Job) {
 // end as it happens, within the hold; a task that goes on is answered
 // working after the hold; a terminal task, a task waiting for input and a
 // task running on another process are answered at once, without a wait;
-// PollHold 0 answers at once; Close ends a hold.
+// PollHold 0 answers at once; Close ends a hold. A held task reports the
+// held pollInterval, which leaves the round trips after a hold's answer
+// room within the delay bound; one answered at once reports the bound.
 func TestEnginePollHold(t *testing.T) {
 	t.Run("local end", func(t *testing.T) {
 		release, stop := make(chan struct{}), make(chan struct{})
@@ -189,6 +193,15 @@ func TestEnginePollHold(t *testing.T) {
 		if a.err != nil || a.t.Status != taskstore.Working || a.dur < limit || a.dur > limit+2*time.Second {
 			t.Fatalf("Poll = %+v, %v after %v; want working after about %v", a.t, a.err, a.dur, limit)
 		}
+		// A task that ends just after this answer is learnt at the next
+		// poll, the reported interval and round trips later: within the
+		// bound for round trips of 20 ms (the answer back, the poll there
+		// and back, the TS SDK's tasks/result).
+		now := time.Now()
+		got, bound := e.ReportedPollInterval(a.t), PollInterval(a.t, now, false, false)
+		if !e.Holds(a.t) || got+5*20*time.Millisecond/2 > bound || got < bound*8/10 {
+			t.Errorf("held task: Holds %v, pollInterval %v; want held, at most the bound %v less 50 ms, about 0.9 of it", e.Holds(a.t), got, bound)
+		}
 	})
 	t.Run("off", func(t *testing.T) {
 		stop := make(chan struct{})
@@ -198,6 +211,9 @@ func TestEnginePollHold(t *testing.T) {
 		a := <-pollAsync(e, "t4", false)
 		if a.err != nil || a.t.Status != taskstore.Working || a.dur > time.Second {
 			t.Fatalf("Poll = %+v, %v after %v; want working at once", a.t, a.err, a.dur)
+		}
+		if got, want := e.ReportedPollInterval(a.t), PollInterval(a.t, time.Now(), false, false); e.Holds(a.t) || got != want {
+			t.Errorf("unheld task: Holds %v, pollInterval %v; want the bound %v", e.Holds(a.t), got, want)
 		}
 	})
 	t.Run("remote", func(t *testing.T) {
@@ -209,6 +225,9 @@ func TestEnginePollHold(t *testing.T) {
 		a := <-pollAsync(e, "t5", true)
 		if a.err != nil || a.t.Status != taskstore.Working || a.dur > time.Second || st.n.Load() != 0 {
 			t.Fatalf("Poll = %+v, %v after %v, %d subscriptions; want working at once", a.t, a.err, a.dur, st.n.Load())
+		}
+		if got, want := e.ReportedPollInterval(a.t), PollInterval(a.t, time.Now(), false, false); e.Holds(a.t) || got != want {
+			t.Errorf("task of another process: Holds %v, pollInterval %v; want the bound %v", e.Holds(a.t), got, want)
 		}
 	})
 	t.Run("shutdown", func(t *testing.T) {
