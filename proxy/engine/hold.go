@@ -50,19 +50,21 @@ func (e *Engine) ReportedPollInterval(t *taskstore.Task) time.Duration {
 // duration), round trips included, with about half the polls (see
 // PollMin).
 //
-// Only a call running in this process is held, on its runner: its end, a
-// question it asks and a message it queues wake the hold; the hold costs
-// one more store read (none when the call ended: the runner's outcome
-// answers). A task whose call runs on another process, a terminal task,
-// one waiting for input, and any task when Config.PollHold is <= 0 are
-// answered at once, from one store read. (A hold on another process's
-// call would wait on the store's task events: with Redis, a SUBSCRIBE and
-// an UNSUBSCRIBE and a second read per held request, about 2.2 times the
-// commands and 3.5 times the Redis time of the polls it saves, on the one
-// component replicas share.) A young call running here is first waited
-// for up to HoldFor (holdYoung). The hold ends early when ctx ends or the
-// engine starts to close (Close); the answer is then the task as read
-// before.
+// Only a call running in this process is held, on its runner: its end and
+// a question it asks wake the hold. A message it queues does not (a
+// tasks/get does not carry it, and a call's last progress or log line
+// comes just before its result: answered then, the client would learn of
+// the end an interval later). The hold costs one more store read (none
+// when the call ended: the runner's outcome answers). A task whose call
+// runs on another process, a terminal task, one waiting for input, and any
+// task when Config.PollHold is <= 0 are answered at once, from one store
+// read. (A hold on another process's call would wait on the store's task
+// events: with Redis, a SUBSCRIBE and an UNSUBSCRIBE and a second read per
+// held request, about 2.2 times the commands and 3.5 times the Redis time
+// of the polls it saves, on the one component replicas share.) A young
+// call running here is first waited for up to HoldFor (holdYoung). The
+// hold ends early when ctx ends or the engine starts to close (Close); the
+// answer is then the task as read before.
 func (e *Engine) Poll(ctx context.Context, owner, taskID string, withOutcome bool) (*taskstore.Task, *taskstore.Outcome, error) {
 	j := e.LocalJob(owner, taskID)
 	var wake <-chan struct{}
@@ -70,7 +72,7 @@ func (e *Engine) Poll(ctx context.Context, owner, taskID string, withOutcome boo
 		if t, out := e.holdYoung(j); t != nil {
 			return t, out, nil
 		}
-		wake = j.changes() // before the read: no change after it is missed
+		wake = j.statusChanges() // before the read: no change after it is missed
 	}
 	t, out, err := e.read(ctx, owner, taskID, withOutcome)
 	if err != nil {

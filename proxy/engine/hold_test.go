@@ -110,17 +110,18 @@ func pollAsync(e *Engine, id string, withOutcome bool) <-chan pollAnswer {
 	return ch
 }
 
-// waitHeld waits until a Poll holds j (it took j's change channel).
+// waitHeld waits until a Poll holds j (it took j's status channel).
 func waitHeld(t *testing.T, j *Job) {
 	t.Helper()
-	waitFor(t, func() bool { j.mu.Lock(); defer j.mu.Unlock(); return j.wake != nil }, "the poll to hold")
+	waitFor(t, func() bool { j.mu.Lock(); defer j.mu.Unlock(); return j.statusWake != nil }, "the poll to hold")
 }
 
 // A poll of a working task running here is held and answers the task's
 // end as it happens, within the hold; a task that goes on is answered
 // working after the hold; a terminal task, a task waiting for input and a
 // task running on another process are answered at once, without a wait;
-// PollHold 0 answers at once; Close ends a hold. A held task reports the
+// PollHold 0 answers at once; Close ends a hold; a message the call queues
+// (its last progress, just before its result) does not. A held task reports the
 // held pollInterval, which leaves the round trips after a hold's answer
 // room within the delay bound; one answered at once reports the bound.
 func TestEnginePollHold(t *testing.T) {
@@ -154,6 +155,34 @@ func TestEnginePollHold(t *testing.T) {
 		tk, err := e.Get(context.Background(), "alice", "t1")
 		if err != nil || tk.Status != taskstore.Completed || time.Since(start) > time.Second || st.n.Load() != 0 {
 			t.Errorf("Get of the completed task = %+v, %v after %v, %d subscriptions", tk, err, time.Since(start), st.n.Load())
+		}
+	})
+	t.Run("queued message", func(t *testing.T) {
+		release, stop := make(chan struct{}), make(chan struct{})
+		up := &fakeUpstream{call: func(ctx context.Context, _ *Job) Result {
+			select {
+			case <-release:
+				return done(`{"content":[]}`)
+			case <-stop:
+				return Result{}
+			case <-ctx.Done():
+				return Result{}
+			}
+		}}
+		e, _ := newHoldEngine(t, PollHold, up, stop)
+		j := startOld(t, e, "t7")
+		ans := pollAsync(e, "t7", false)
+		waitHeld(t, j)
+		e.Mail.Enqueue(context.Background(), j, taskstore.KindProgress,
+			[]byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1,"total":1}}`), "notifications/progress")
+		select {
+		case a := <-ans:
+			t.Fatalf("Poll = %+v, %v after %v: a queued message ended the hold", a.t, a.err, a.dur)
+		case <-time.After(100 * time.Millisecond): // held on (the hold is 5 s)
+		}
+		close(release)
+		if a := <-ans; a.err != nil || a.t.Status != taskstore.Completed || a.dur >= holdAge {
+			t.Fatalf("Poll = %+v, %v after %v; want completed at the end, within the hold", a.t, a.err, a.dur)
 		}
 	})
 	t.Run("local question", func(t *testing.T) {
