@@ -41,18 +41,18 @@ import (
 // SDK, its tasks/result. So where polls are held (Engine.Holds) the
 // reported interval is the bound less a margin for those round trips,
 // max(PollMargin, a tenth of the bound): 25 ms for a young task, 27 s at
-// 10 minutes. Told the whole bound, a task that ends just after a hold
-// was learnt the bound plus a round trip late (30.07 s for 10 minutes).
-// The hold's length sets the cost, not the delay: each poll covers a hold
-// of twice the bound and an interval, about ×1.14 of the age per poll
-// instead of ×1.05 until the hold reaches its 5 s cap, 9 polls for 2 s and
-// 68 for 10 minutes (TestPollScheduleCost). A held request is open up to
-// 5 s, well under the limits of gateways (30-60 s) and of clients' request
+// 10 minutes. Told the whole bound, a task that ends just after a hold was
+// learnt the bound plus a round trip late (30.07 s for 10 minutes). The
+// hold's length sets the cost, not the delay: each poll covers a hold of
+// twice the bound and an interval, about ×1.14 of the age per poll instead
+// of ×1.05 until the hold reaches its 5 s cap, 9 polls for 2 s and 68 for
+// 10 minutes (TestPollScheduleCost). A held request is open up to 5 s,
+// well under the limits of gateways (30-60 s) and of clients' request
 // timeouts. Where nothing holds (another process answers, or PollHold is
 // off) the interval is the whole bound: shortened, a young task would cost
-// about four times the polls. A client that wants to learn sooner still, or to poll
-// less, listens on the GET stream, where status notifications arrive as
-// they happen.
+// about four times the polls. A client that wants to learn sooner still,
+// or to poll less, listens on the GET stream, where status notifications
+// arrive as they happen.
 //
 // A terminal task reports the policy's value (nothing is left to poll). An
 // owner that has spent more than half of its rate-limit burst is told at
