@@ -105,10 +105,12 @@ type Config struct {
 	PromoteWindow time.Duration
 	// PollHold bounds how long a tasks/get of a working task whose call
 	// runs in this process waits for the task to end or ask its client
-	// something before it answers: the
-	// task's reported pollInterval, at most PollHold (engine.Poll). A
-	// client that follows pollInterval then learns of the end as soon
-	// with about half the polls. Default 5s; < 0 = answer at once.
+	// something before it answers: twice the task's delay bound
+	// (max(100 ms, 5 % of its age)), at most PollHold (engine.HoldTime);
+	// such a task reports a pollInterval shorter than that bound by the
+	// round trips (engine.PollInterval). A client that follows
+	// pollInterval then learns of the end within the bound with about
+	// half the polls. Default 5s; < 0 = answer at once.
 	PollHold time.Duration
 }
 

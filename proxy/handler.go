@@ -354,7 +354,7 @@ func (h *Handler) SessionLabel(sid []byte) string { return h.id.hashShort(sid) }
 // holdYoungFor is the age below which a tasks/get of a local call waits
 // up to holdYoungMax for its end (engine.Config.HoldYoung, HoldFor): a client
 // polling a call of a few milliseconds learns of its end in the first
-// answer rather than one pollInterval (pollMin) later.
+// answer rather than one pollInterval (engine.PollMin) later.
 const (
 	holdYoungFor = 200 * time.Millisecond
 	holdYoungMax = 5 * time.Millisecond

@@ -146,8 +146,9 @@ func TestTaskResultLocalStreamKeepAlive(t *testing.T) {
 	}
 }
 
-// The reported pollInterval is 5 % of the task's age, at least 100 ms,
-// within the policy's bound; a terminal task reports the bound.
+// The reported pollInterval of a poll answered at once is 5 % of the
+// task's age, at least 100 ms, within the policy's bound; a terminal task
+// reports the bound.
 func TestReportedPollInterval(t *testing.T) {
 	created := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	for _, tc := range []struct {
@@ -168,7 +169,7 @@ func TestReportedPollInterval(t *testing.T) {
 		{time.Hour, 2 * time.Second, taskstore.Completed, 2 * time.Second},
 	} {
 		tk := &taskstore.Task{Status: tc.status, CreatedAt: created, PollInterval: tc.bound}
-		if got := engine.PollInterval(tk, created.Add(tc.age), false); got != tc.want {
+		if got := engine.PollInterval(tk, created.Add(tc.age), false, false); got != tc.want {
 			t.Errorf("age %v, bound %v, %s: pollInterval %v, want %v", tc.age, tc.bound, tc.status, got, tc.want)
 		}
 	}
@@ -212,8 +213,8 @@ func TestTaskGetHoldsYoungLocalCall(t *testing.T) {
 func TestPollIntervalBacksOffNearTheRateLimit(t *testing.T) {
 	e := newTaskEnv(t, "", Config{TaskRate: 0.001, TaskBurst: 10})
 	task := e.createTask(alice, "block", `{}`, `{}`) // 1 of 10 tokens
-	if task.PollInterval != engine.PollMin.Milliseconds() {
-		t.Fatalf("young task's pollInterval %d ms, want %d", task.PollInterval, engine.PollMin.Milliseconds())
+	if task.PollInterval != heldYoungPoll {
+		t.Fatalf("young task's pollInterval %d ms, want %d", task.PollInterval, heldYoungPoll)
 	}
 	var polls []int64
 	for range 6 { // tokens left after each: 8 7 6 5 4 3

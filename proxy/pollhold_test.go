@@ -16,8 +16,9 @@ import (
 // A tasks/get of a working task whose call runs here is held until the
 // call ends, on both wires, and answers the end (the completed task, with
 // the result inline on the 2026 wire); the task is old enough (its store's
-// clock runs a minute behind) that its hold is 3 s, and the young-call
-// hold does not apply. Answered at once, the get would say working.
+// clock runs a minute behind) that its delay bound is 3 s and its hold
+// 5 s, and the young-call hold does not apply. Answered at once, the get
+// would say working.
 func TestTaskGetHeldUntilTheEnd(t *testing.T) {
 	st, closer, err := taskstore.NewEmbedded(taskstore.Config{Now: func() time.Time { return time.Now().Add(-time.Minute) }})
 	if err != nil {

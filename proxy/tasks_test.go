@@ -20,7 +20,6 @@ import (
 	"github.com/valyala/fasthttp/fasthttputil"
 
 	"github.com/taskgate/taskgate/policy"
-	"github.com/taskgate/taskgate/proxy/engine"
 	"github.com/taskgate/taskgate/proxy/sse"
 	"github.com/taskgate/taskgate/proxy/wire"
 	"github.com/taskgate/taskgate/taskstore"
@@ -276,8 +275,8 @@ func TestCreateTaskResultWhileUpstreamBusy(t *testing.T) {
 	if !taskIDRe.MatchString(task.TaskID) {
 		t.Errorf("taskId %q is not 32 hex chars (128 bits)", task.TaskID)
 	}
-	if task.Status != "working" || task.CreatedAt != task.LastUpdatedAt || task.TTL == nil || *task.TTL != 60000 || task.PollInterval != engine.PollMin.Milliseconds() {
-		t.Errorf("created task = %+v, want working, createdAt==lastUpdatedAt, ttl 60000, pollInterval %d (a new task's)", task, engine.PollMin.Milliseconds())
+	if task.Status != "working" || task.CreatedAt != task.LastUpdatedAt || task.TTL == nil || *task.TTL != 60000 || task.PollInterval != heldYoungPoll {
+		t.Errorf("created task = %+v, want working, createdAt==lastUpdatedAt, ttl 60000, pollInterval %d (a new task's on its runner)", task, heldYoungPoll)
 	}
 	if _, err := time.Parse(time.RFC3339Nano, task.CreatedAt); err != nil {
 		t.Errorf("createdAt %q is not RFC 3339: %v", task.CreatedAt, err)

@@ -118,7 +118,7 @@ func newFlagSet(o *options) *flag.FlagSet {
 	durationVar(fs, &o.promoteWindow, "promote-window", proxy.DefaultPromoteWindow,
 		"MCP 2026-07-28 clients: how long a task-eligible tools/call runs before it becomes a task (sooner: a plain result, or an InputRequiredResult when the upstream asks)")
 	durationVar(fs, &o.pollHold, "poll-hold", proxy.DefaultPollHold,
-		"on the replica that runs the call, hold a tasks/get of a working task until it ends or asks for input, for at most its pollInterval and this long: clients that follow pollInterval learn of the end as soon with about half the polls; 0 = answer at once")
+		"on the replica that runs the call, hold a tasks/get of a working task until it ends or asks for input, for at most twice its delay bound (max(100ms, 5% of its age)) and this long, and report a pollInterval shorter than that bound by the round trips: clients that follow pollInterval learn of the end within the bound with about half the polls; 0 = answer at once")
 	durationVar(fs, &o.keepAlive, "keepalive", proxy.DefaultKeepAlive, "interval of SSE keep-alive comments on tasks/result waits")
 	durationVar(fs, &o.lease, "lease", proxy.DefaultLease, "task lease: a task whose runner died is failed by another replica within this (renewed every lease/5)")
 	durationVar(fs, &o.shutdownGrace, "shutdown-grace", defaultShutdownGrace, "on SIGTERM, how long running task calls may finish before they are cancelled and failed")

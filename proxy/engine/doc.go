@@ -56,8 +56,10 @@
 //     (LeaseRenew, LeaseTTL, LeaseSkew, LeaseCheck).
 //   - Reads and waits: Poll and Get (tasks/get: a read of a working task
 //     running here is held until it changes status or for HoldTime, at most
-//     Config.PollHold, so a polling client learns of the end during the
-//     hold and needs about half the polls), Task, Outcome, List, LocalJob,
+//     Config.PollHold, and such a task reports a pollInterval that leaves
+//     the round trips after the hold room within the delay bound (Holds,
+//     ReportedPollInterval), so a polling client learns of the end within
+//     the bound with about half the polls), Task, Outcome, List, LocalJob,
 //     AwaitLocal (a call running here: its runner's memory, no store
 //     round trip), WaitTerminal (any call: a store subscription with
 //     re-reads, optionally delivering the task's queued messages through a
@@ -82,7 +84,7 @@
 //     AnswerInputs), as the 2026-07-28 wire shows them.
 //   - Limits (Engine.Limits): Allow (the per-owner token bucket of task
 //     operations), LookupMiss (a miss costs more, which slows down id
-//     enumeration), Thrifty and ReportedPollInterval (an owner low on
+//     enumeration), Thrifty (with Engine.ReportedPollInterval: an owner low on
 //     budget is told a longer poll interval), Reserve and ReleaseTool.
 //
 // # What the engine needs from a wire

@@ -26,7 +26,9 @@ func (s *watchCounter) WatchKinds(ctx context.Context, owner, id string, kinds t
 }
 
 // storeLag is how far the test store's clock is behind: its new tasks
-// are that old (holdAge) to the engine, so a poll of them is held 3 s.
+// are that old to the engine, so their delay bound is 3 s (holdAge) and a
+// poll of them is held 5 s (twice that, at most PollHold): an answer
+// sooner than holdAge did not come from the hold's end.
 const (
 	storeLag = time.Minute
 	holdAge  = 3 * time.Second
@@ -108,17 +110,20 @@ func pollAsync(e *Engine, id string, withOutcome bool) <-chan pollAnswer {
 	return ch
 }
 
-// waitHeld waits until a Poll holds j (it took j's change channel).
+// waitHeld waits until a Poll holds j (it took j's status channel).
 func waitHeld(t *testing.T, j *Job) {
 	t.Helper()
-	waitFor(t, func() bool { j.mu.Lock(); defer j.mu.Unlock(); return j.wake != nil }, "the poll to hold")
+	waitFor(t, func() bool { j.mu.Lock(); defer j.mu.Unlock(); return j.statusWake != nil }, "the poll to hold")
 }
 
 // A poll of a working task running here is held and answers the task's
 // end as it happens, within the hold; a task that goes on is answered
 // working after the hold; a terminal task, a task waiting for input and a
 // task running on another process are answered at once, without a wait;
-// PollHold 0 answers at once; Close ends a hold.
+// PollHold 0 answers at once; Close ends a hold; a message the call queues
+// (its last progress, just before its result) does not. A held task reports the
+// held pollInterval, which leaves the round trips after a hold's answer
+// room within the delay bound; one answered at once reports the bound.
 func TestEnginePollHold(t *testing.T) {
 	t.Run("local end", func(t *testing.T) {
 		release, stop := make(chan struct{}), make(chan struct{})
@@ -150,6 +155,34 @@ func TestEnginePollHold(t *testing.T) {
 		tk, err := e.Get(context.Background(), "alice", "t1")
 		if err != nil || tk.Status != taskstore.Completed || time.Since(start) > time.Second || st.n.Load() != 0 {
 			t.Errorf("Get of the completed task = %+v, %v after %v, %d subscriptions", tk, err, time.Since(start), st.n.Load())
+		}
+	})
+	t.Run("queued message", func(t *testing.T) {
+		release, stop := make(chan struct{}), make(chan struct{})
+		up := &fakeUpstream{call: func(ctx context.Context, _ *Job) Result {
+			select {
+			case <-release:
+				return done(`{"content":[]}`)
+			case <-stop:
+				return Result{}
+			case <-ctx.Done():
+				return Result{}
+			}
+		}}
+		e, _ := newHoldEngine(t, PollHold, up, stop)
+		j := startOld(t, e, "t7")
+		ans := pollAsync(e, "t7", false)
+		waitHeld(t, j)
+		e.Mail.Enqueue(context.Background(), j, taskstore.KindProgress,
+			[]byte(`{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1,"total":1}}`), "notifications/progress")
+		select {
+		case a := <-ans:
+			t.Fatalf("Poll = %+v, %v after %v: a queued message ended the hold", a.t, a.err, a.dur)
+		case <-time.After(100 * time.Millisecond): // held on (the hold is 5 s)
+		}
+		close(release)
+		if a := <-ans; a.err != nil || a.t.Status != taskstore.Completed || a.dur >= holdAge {
+			t.Fatalf("Poll = %+v, %v after %v; want completed at the end, within the hold", a.t, a.err, a.dur)
 		}
 	})
 	t.Run("local question", func(t *testing.T) {
@@ -189,6 +222,15 @@ func TestEnginePollHold(t *testing.T) {
 		if a.err != nil || a.t.Status != taskstore.Working || a.dur < limit || a.dur > limit+2*time.Second {
 			t.Fatalf("Poll = %+v, %v after %v; want working after about %v", a.t, a.err, a.dur, limit)
 		}
+		// A task that ends just after this answer is learnt at the next
+		// poll, the reported interval and round trips later: within the
+		// bound for round trips of 20 ms (the answer back, the poll there
+		// and back, the TS SDK's tasks/result).
+		now := time.Now()
+		got, bound := e.ReportedPollInterval(a.t), PollInterval(a.t, now, false, false)
+		if !e.Holds(a.t) || got+5*20*time.Millisecond/2 > bound || got < bound*8/10 {
+			t.Errorf("held task: Holds %v, pollInterval %v; want held, at most the bound %v less 50 ms, about 0.9 of it", e.Holds(a.t), got, bound)
+		}
 	})
 	t.Run("off", func(t *testing.T) {
 		stop := make(chan struct{})
@@ -198,6 +240,9 @@ func TestEnginePollHold(t *testing.T) {
 		a := <-pollAsync(e, "t4", false)
 		if a.err != nil || a.t.Status != taskstore.Working || a.dur > time.Second {
 			t.Fatalf("Poll = %+v, %v after %v; want working at once", a.t, a.err, a.dur)
+		}
+		if got, want := e.ReportedPollInterval(a.t), PollInterval(a.t, time.Now(), false, false); e.Holds(a.t) || got != want {
+			t.Errorf("unheld task: Holds %v, pollInterval %v; want the bound %v", e.Holds(a.t), got, want)
 		}
 	})
 	t.Run("remote", func(t *testing.T) {
@@ -209,6 +254,9 @@ func TestEnginePollHold(t *testing.T) {
 		a := <-pollAsync(e, "t5", true)
 		if a.err != nil || a.t.Status != taskstore.Working || a.dur > time.Second || st.n.Load() != 0 {
 			t.Fatalf("Poll = %+v, %v after %v, %d subscriptions; want working at once", a.t, a.err, a.dur, st.n.Load())
+		}
+		if got, want := e.ReportedPollInterval(a.t), PollInterval(a.t, time.Now(), false, false); e.Holds(a.t) || got != want {
+			t.Errorf("task of another process: Holds %v, pollInterval %v; want the bound %v", e.Holds(a.t), got, want)
 		}
 	})
 	t.Run("shutdown", func(t *testing.T) {

@@ -115,7 +115,10 @@ type Job struct {
 	sup supState
 
 	mu   sync.Mutex
-	wake chan struct{} // closed (and cleared) when a message is queued; made by waiters
+	wake chan struct{} // closed (and cleared) when a message is queued or the status changes; made by waiters
+	// statusWake is closed (and cleared) when the status changes, not
+	// when a message is queued; made by Poll's holds.
+	statusWake chan struct{}
 }
 
 // JobLog logs with the task's id and tool. It is built lazily per line,
@@ -188,7 +191,22 @@ func (j *Job) noteChanged() {
 		close(j.wake)
 		j.wake = nil
 	}
+	if j.statusWake != nil {
+		close(j.statusWake)
+		j.statusWake = nil
+	}
 	j.mu.Unlock()
+}
+
+// statusChanges returns a channel closed at the next noteChanged only: a
+// queued message changes nothing a tasks/get answers.
+func (j *Job) statusChanges() <-chan struct{} {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.statusWake == nil {
+		j.statusWake = make(chan struct{})
+	}
+	return j.statusWake
 }
 
 // changes returns a channel closed at the next noteQueued or noteChanged. Check queued

@@ -20,7 +20,7 @@ var ErrNoID = errors.New("engine: generating a task id failed")
 // slots of this process (policy maxConcurrent; Reserve, ReleaseTool) and
 // the per-owner token bucket of task operations (Allow, LookupMiss,
 // Thrifty), which also shapes the poll interval an owner is told
-// (ReportedPollInterval). New makes it (Engine.Limits); it is safe for
+// (Engine.ReportedPollInterval). New makes it (Engine.Limits); it is safe for
 // concurrent use.
 type Limits struct {
 	tools toolLimiter
@@ -79,12 +79,6 @@ func (l *Limits) LookupMiss(owner string) {
 // burst: a wire then tells it the policy's pollInterval rather than the
 // short one of a young task.
 func (l *Limits) Thrifty(owner string) bool { return l.rate.low(owner) }
-
-// ReportedPollInterval is the pollInterval t reports now to its owner
-// (PollInterval, thrifty when the owner runs low on its rate-limit budget).
-func (l *Limits) ReportedPollInterval(t *taskstore.Task) time.Duration {
-	return PollInterval(t, time.Now(), l.Thrifty(t.Owner))
-}
 
 // toolLimiter counts running background calls per tool in this process
 // (policy maxConcurrent protects the upstream this sidecar fronts).

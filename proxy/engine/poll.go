@@ -12,10 +12,10 @@ import (
 // interval learns that a task ended at most one interval late, and the
 // interval it followed was set when the task was younger than its end, so
 // the delay stays within max(PollMin, 5 % of the task's duration) (plus
-// the poll's round trip). Answered at once, the cost is PollMin's rate
+// the poll's round trips). Answered at once, the cost is PollMin's rate
 // while the task is young (a 2 s task: about 20 polls) and then a constant
 // number of polls per doubling of the age (ln 2/ln 1.05, about 14): a
-// 10-minute task 138; held (below), about half.
+// 10-minute task 138; held (below), about half, round trips included.
 //
 // No schedule whose polls are answered at once meets that delay bound
 // with fewer polls than 137 for 10 minutes (TestPollScheduleFloor). The
@@ -33,17 +33,26 @@ import (
 //
 // Holding the poll lifts the floor (Engine.Poll): a tasks/get of a working
 // task, on the process that runs its call, is answered when the task
-// changes status or after HoldTime (this
-// same interval, at most Config.PollHold, 5 s by default), so a client
-// that follows pollInterval learns of an end during the hold at once and
-// of one during its wait at its next poll, one interval later as before.
-// Each poll then covers a hold and an interval: about ×1.1 of the age per
-// poll instead of ×1.05, 11 polls for 2 s and 77 for 10 minutes with the
-// delay still within max(PollMin, 5 %) (TestPollScheduleCost). The cost
-// moves to time: a held request is open up to 5 s, well under the limits
-// of gateways (30-60 s) and of clients' request timeouts. A client that
-// wants to learn sooner still, or to poll less, listens on the GET
-// stream, where status notifications arrive as they happen.
+// changes status or after HoldTime (twice the bound above, at most
+// Config.PollHold, 5 s by default). A client learns of an end during a
+// hold at once; only an end in the gap between a hold's answer and its
+// next poll makes it late, by that gap: the interval it was told plus the
+// answer's way back, the next poll's way there and back and, for the TS
+// SDK, its tasks/result. So where polls are held (Engine.Holds) the
+// reported interval is the bound less a margin for those round trips,
+// max(PollMargin, a tenth of the bound): 25 ms for a young task, 27 s at
+// 10 minutes. Told the whole bound, a task that ends just after a hold was
+// learnt the bound plus a round trip late (30.07 s for 10 minutes). The
+// hold's length sets the cost, not the delay: each poll covers a hold of
+// twice the bound and an interval, about ×1.14 of the age per poll instead
+// of ×1.05 until the hold reaches its 5 s cap, 9 polls for 2 s and 68 for
+// 10 minutes (TestPollScheduleCost). A held request is open up to 5 s,
+// well under the limits of gateways (30-60 s) and of clients' request
+// timeouts. Where nothing holds (another process answers, or PollHold is
+// off) the interval is the whole bound: shortened, a young task would cost
+// about four times the polls. A client that wants to learn sooner still,
+// or to poll less, listens on the GET stream, where status notifications
+// arrive as they happen.
 //
 // A terminal task reports the policy's value (nothing is left to poll). An
 // owner that has spent more than half of its rate-limit burst is told at
@@ -55,19 +64,30 @@ const (
 	PollMin     = 100 * time.Millisecond
 	PollShare   = 20
 	PollThrifty = 2 * time.Second
+	PollMargin  = 75 * time.Millisecond
 )
 
-// PollInterval is the pollInterval t reports at now; thrifty reports at
-// least PollThrifty (see PollMin).
-func PollInterval(t *taskstore.Task, now time.Time, thrifty bool) time.Duration {
+// PollInterval is the pollInterval t reports at now: held reports it for
+// a task whose next tasks/get is held (Engine.Holds), thrifty at least
+// PollThrifty (see PollMin).
+func PollInterval(t *taskstore.Task, now time.Time, thrifty, held bool) time.Duration {
 	bound := t.PollInterval
 	if bound <= 0 || t.Status.Terminal() {
 		return bound
 	}
-	age := max(now.Sub(t.CreatedAt), 0) // replicas' clocks may differ a little
-	d := max(age/PollShare, PollMin)
+	d := pollBound(t, now)
+	if held {
+		d -= max(PollMargin, d/10)
+	}
 	if thrifty {
 		d = max(d, PollThrifty)
 	}
 	return max(min(d, bound).Truncate(time.Millisecond), time.Millisecond)
+}
+
+// pollBound is how late a client may learn that t, still running at now,
+// ended: max(PollMin, 5 % of its age).
+func pollBound(t *taskstore.Task, now time.Time) time.Duration {
+	age := max(now.Sub(t.CreatedAt), 0) // replicas' clocks may differ a little
+	return max(age/PollShare, PollMin)
 }

@@ -193,7 +193,7 @@ func (w *Wire) createTask(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.En
 
 	res := make([]byte, 0, 256)
 	res = append(res, `{"task":`...)
-	res = appendTaskPolled(res, t, w.Eng.Limits.Thrifty(owner))
+	res = appendTaskPolled(res, t, w.Eng.ReportedPollInterval(t))
 	res = append(res, '}')
 	wire.RPCResult(rc, env.ID, res)
 }
@@ -231,7 +231,7 @@ func (w *Wire) tasksMethod(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.E
 			w.StoreError(rc, info, env.ID, err)
 			return
 		}
-		wire.RPCResult(rc, env.ID, appendTaskPolled(make([]byte, 0, 256), t, w.Eng.Limits.Thrifty(owner)))
+		wire.RPCResult(rc, env.ID, appendTaskPolled(make([]byte, 0, 256), t, w.Eng.ReportedPollInterval(t)))
 	case wire.MethodTasksCancel:
 		t, err := w.Eng.Cancel(ctx, owner, taskID, "cancelled by the client", true)
 		if errors.Is(err, taskstore.ErrTerminal) {
@@ -323,15 +323,18 @@ func (w *Wire) tasksList(rc *fasthttp.RequestCtx, info *wire.Info, env *wire.Env
 	wire.RPCResult(rc, env.ID, res)
 }
 
-// appendTask appends the wire form of t (the flat Task of the schema).
+// appendTask appends the wire form of t (the flat Task of the schema); a
+// running task reports the pollInterval of a poll answered at once
+// (engine.PollInterval).
 func appendTask(dst []byte, t *taskstore.Task) []byte {
-	return appendTaskPolled(dst, t, false)
+	return appendTaskPolled(dst, t, engine.PollInterval(t, time.Now(), false, false))
 }
 
-// appendTaskPolled is appendTask; with thrifty set, a running task reports
-// the policy's pollInterval instead of the short one of a young task (see
-// reportedPollInterval), for owners whose rate-limit budget runs low.
-func appendTaskPolled(dst []byte, t *taskstore.Task, thrifty bool) []byte {
+// appendTaskPolled is appendTask reporting poll as pollInterval: what
+// tasks/get and the CreateTaskResult tell the owner
+// (Engine.ReportedPollInterval: shorter where this process holds the
+// task's polls, longer for owners whose rate-limit budget runs low).
+func appendTaskPolled(dst []byte, t *taskstore.Task, poll time.Duration) []byte {
 	dst = append(dst, `{"taskId":`...)
 	dst = wire.AppendJSONString(dst, t.ID)
 	dst = append(dst, `,"status":"`...)
@@ -349,18 +352,9 @@ func appendTaskPolled(dst []byte, t *taskstore.Task, thrifty bool) []byte {
 	dst = strconv.AppendInt(dst, t.TTL.Milliseconds(), 10)
 	if t.PollInterval > 0 {
 		dst = append(dst, `,"pollInterval":`...)
-		dst = strconv.AppendInt(dst, engine.PollInterval(t, time.Now(), thrifty).Milliseconds(), 10)
+		dst = strconv.AppendInt(dst, poll.Milliseconds(), 10)
 	}
 	return append(dst, '}')
-}
-
-// pollMin is the shortest pollInterval a running task reports
-// (engine.PollInterval, both wires).
-const pollMin = engine.PollMin
-
-// reportedPollInterval is the pollInterval t reports at now.
-func reportedPollInterval(t *taskstore.Task, now time.Time) time.Duration {
-	return engine.PollInterval(t, now, false)
 }
 
 // timeFormat is RFC 3339 in UTC with milliseconds (T-26, T-27).

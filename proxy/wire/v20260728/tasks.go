@@ -580,7 +580,7 @@ func (w *Wire) openRequests(t *taskstore.Task) []byte {
 
 // toWireTask is what the 2026 wire shows of t; a running task's
 // pollIntervalMs starts small and grows with its age, as on the 2025 wire
-// (engine.PollInterval).
+// (Engine.ReportedPollInterval).
 func (w *Wire) toWireTask(t *taskstore.Task) schema.Task {
 	return schema.Task{
 		ID:            t.ID,
@@ -589,7 +589,7 @@ func (w *Wire) toWireTask(t *taskstore.Task) schema.Task {
 		CreatedAt:     t.CreatedAt,
 		UpdatedAt:     t.UpdatedAt,
 		TTL:           t.TTL,
-		PollInterval:  w.Eng.Limits.ReportedPollInterval(t),
+		PollInterval:  w.Eng.ReportedPollInterval(t),
 	}
 }
 
