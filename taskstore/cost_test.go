@@ -174,6 +174,10 @@ func BenchmarkTaskCost(b *testing.B) {
 		if err := admin.ConfigResetStat(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
+		cpu0, err := redisCPU(ctx, admin)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for i := range ts {
 			var err error
 			if phase == 0 {
@@ -190,13 +194,18 @@ func BenchmarkTaskCost(b *testing.B) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		cpu1, err := redisCPU(ctx, admin)
+		if err != nil {
+			t.Fatal(err)
+		}
 		cmds, sumAll, scripts := costTotals(st, n)
 		line = line[:0]
 		for _, name := range slices.Sorted(maps.Keys(st)) {
 			c := st[name]
 			line = append(line, fmt.Sprintf("%s %.2f×%.1fµs", name, float64(c.calls)/float64(n), float64(c.usec)/float64(n)))
 		}
-		t.Logf("%s: %.2f commands, %.1f µs summed, %.1f µs EVALSHA: %s", name, cmds, sumAll, scripts, strings.Join(line, ", "))
+		t.Logf("%s: %.2f commands, %.1f µs summed, %.1f µs EVALSHA, %.1f µs redis-server CPU: %s", name, cmds, sumAll, scripts,
+			(cpu1-cpu0)/float64(n), strings.Join(line, ", "))
 	}
 
 	// AdminStats at live tasks.

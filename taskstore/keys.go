@@ -64,6 +64,11 @@ import (
 // as an owner key (on a single node, Create's script writes them all).
 type keys struct{ prefix string }
 
+// owner is the prefix of every key of owner's slot (hash tag {owner}):
+// scripts build keys they use rarely from it instead of taking them as
+// arguments.
+func (k keys) owner(owner string) string { return k.prefix + ":{" + owner + "}:" }
+
 func (k keys) task(owner, id string) string { return k.taskPrefix(owner) + id }
 
 // taskPrefix is the task key without its id. listCmd appends ids to it, which

@@ -596,19 +596,20 @@ func (s *Redis) terminate(ctx context.Context, op, owner, id string, st Status, 
 	if op == "finish" {
 		keepQueue = "1"
 	}
-	cmd := s.run(ctx, terminateCmd, s.terminateKeys(owner, id),
-		string(st), msg, s.nowMS(), s.k.events(owner, id), string(out.Kind), []byte(out.Raw), 0, id,
-		s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner), keepQueue, s.k.sessListeners(owner))
+	c := s.terminateCall(owner, id, st, msg, s.nowMS(), out, 0, keepQueue)
+	cmd := s.run(ctx, c.script, c.keys, c.args...)
 	if err := transportErr([]redis.Cmder{cmd}, cmd.Err()); err != nil {
 		return nil, wrapErr(op, id, err)
 	}
 	return s.taskReply(op, owner, id, cmd)
 }
 
-// terminateKeys are terminateCmd's KEYS.
-func (s *Redis) terminateKeys(owner, id string) []string {
-	return []string{s.k.task(owner, id), s.k.live(owner), s.k.queue(owner, id), s.k.inbox(owner, id), s.k.listening(owner, id),
-		s.k.inputs(owner, id)}
+// terminateCall is terminateCmd for task id of owner (see its KEYS and
+// ARGV); cutoff 0 means no lease condition, keepQueue "1" keeps queued
+// notifications (Finish).
+func (s *Redis) terminateCall(owner, id string, st Status, msg string, now int64, out Outcome, cutoff int64, keepQueue string) scriptCall {
+	return scriptCall{terminateCmd, []string{s.k.task(owner, id)},
+		[]any{string(st), msg, now, string(out.Kind), []byte(out.Raw), cutoff, id, keepQueue, s.k.owner(owner)}}
 }
 
 // taskReply maps a {code, meta...} script reply.
@@ -765,9 +766,7 @@ func (s *Redis) recoverRound(ctx context.Context, cutoff, now int64, msg string,
 			continue
 		}
 		owners, ids = append(owners, owner), append(ids, id)
-		calls = append(calls, scriptCall{terminateCmd, s.terminateKeys(owner, id),
-			[]any{string(Failed), msg, now, s.k.events(owner, id), string(OutcomeInternal), "", cutoff, id,
-				s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner), "0", s.k.sessListeners(owner)}})
+		calls = append(calls, s.terminateCall(owner, id, Failed, msg, now, Outcome{Kind: OutcomeInternal}, cutoff, "0"))
 	}
 	res, err := s.pipe(ctx, calls)
 	if err != nil {

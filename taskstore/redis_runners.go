@@ -277,9 +277,7 @@ func (s *Redis) recoverPage(ctx context.Context, off, cutoff, now int64, msg str
 		}
 		owner, id, _ := parseLeaseMember(members[i])
 		owners, ids, runners = append(owners, owner), append(ids, id), append(runners, runner)
-		calls = append(calls, scriptCall{terminateCmd, s.terminateKeys(owner, id),
-			[]any{string(Failed), msg, now, s.k.events(owner, id), string(OutcomeInternal), "", cutoff, id,
-				s.k.sessQueuedPrefix(owner), s.k.sessEventsPrefix(owner), "0", s.k.sessListeners(owner)}})
+		calls = append(calls, s.terminateCall(owner, id, Failed, msg, now, Outcome{Kind: OutcomeInternal}, cutoff, "0"))
 	}
 	if len(calls) == 0 {
 		return failed, len(members), nil

@@ -346,15 +346,16 @@ return {1, v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], w
 // task's channel and, if the task has a session, "s:<id>" on the session
 // channel while a replica listens there.
 //
-// KEYS[1] task hash, KEYS[2] owner live zset, KEYS[3] queue, KEYS[4]
-// inbox, KEYS[5] listening mark, KEYS[6] open input requests.
-// ARGV[1] status, ARGV[2] message (replaces the current one), ARGV[3] now
-// ms, ARGV[4] event channel, ARGV[5] outcome kind ("" = store none),
-// ARGV[6] outcome raw, ARGV[7] lease cutoff ms (0 = none; else refuse
-// unless the task's lease deadline < cutoff), ARGV[8] id, ARGV[9] session
-// queued-set prefix P:{owner}:sq:, ARGV[10] session channel prefix,
-// ARGV[11] "1" to keep queued notifications (Finish), ARGV[12] session
-// listener registry P:{owner}:sl.
+// KEYS[1] task hash. ARGV[1] status, ARGV[2] message (replaces the
+// current one), ARGV[3] now ms, ARGV[4] outcome kind ("" = store none),
+// ARGV[5] outcome raw, ARGV[6] lease cutoff ms (0 = none; else refuse
+// unless the task's lease deadline < cutoff), ARGV[7] id, ARGV[8] "1" to
+// keep queued notifications (Finish), ARGV[9] the owner's key prefix
+// P:{owner}: (keys.owner). The other keys (live zset, queue, inbox,
+// listening mark, input requests, session queued set, listener registry)
+// and the channels are built from it, in the task's slot by the hash tag,
+// and only when used: every argument costs the call, the common case uses
+// only the task channel.
 // Returns {1, meta..., previous status} after the change, {0} missing or
 // expired, {-1} terminal, {-2, lease deadline ms} lease not expired
 // (Recover).
@@ -363,7 +364,7 @@ local now = tonumber(ARGV[3])
 local v = redis.call("HMGET", KEYS[1], ` + luaStrings(metaFields) + `, "lease", "cap", "aux")
 if not v[1] or tonumber(v[3]) + tonumber(v[5]) <= now then return {0} end
 if v[1] == "completed" or v[1] == "failed" or v[1] == "cancelled" then return {-1} end
-local cutoff = tonumber(ARGV[7])
+local cutoff = tonumber(ARGV[6])
 if cutoff > 0 then
   local lease = tonumber(v[12] or "0")
   if lease >= cutoff then return {-2, string.format("%d", lease)} end
@@ -372,42 +373,44 @@ local was = v[1]
 v[1] = ARGV[1]
 v[2] = ARGV[2]
 if tonumber(v[4]) < now then v[4] = ARGV[3] end
-if ARGV[5] ~= "" then
-  redis.call("HSET", KEYS[1], "status", v[1], "msg", v[2], "updated", v[4], "okind", ARGV[5], "out", ARGV[6])
+if ARGV[4] ~= "" then
+  redis.call("HSET", KEYS[1], "status", v[1], "msg", v[2], "updated", v[4], "okind", ARGV[4], "out", ARGV[5])
 else
   redis.call("HSET", KEYS[1], "status", v[1], "msg", v[2], "updated", v[4])
 end
-if v[13] == "1" then redis.call("ZREM", KEYS[2], ARGV[8]) end
+local p, id = ARGV[9], ARGV[7]
+if v[13] == "1" then redis.call("ZREM", p .. "live", id) end
 local sess = v[10] and v[10] ~= ""
 if v[14] == "1" then
   local kept = 0
-  if ARGV[11] == "1" then
+  local q = p .. "q:" .. id
+  if ARGV[8] == "1" then
     -- Finish: notifications queued before the end stay deliverable (they
     -- precede the result); requests are moot once the upstream answered.
-    local q = redis.call("LRANGE", KEYS[3], 0, -1)
-    if #q > 0 then
-      redis.call("DEL", KEYS[3])
-      for i = 1, #q do
-        if string.sub(q[i], 1, 1) ~= "r" then
-          redis.call("RPUSH", KEYS[3], q[i])
+    local r = redis.call("LRANGE", q, 0, -1)
+    if #r > 0 then
+      redis.call("DEL", q)
+      for i = 1, #r do
+        if string.sub(r[i], 1, 1) ~= "r" then
+          redis.call("RPUSH", q, r[i])
           kept = kept + 1
         end
       end
       if kept > 0 then
         local pttl = redis.call("PTTL", KEYS[1])
-        if pttl > 0 then redis.call("PEXPIRE", KEYS[3], pttl) end
+        if pttl > 0 then redis.call("PEXPIRE", q, pttl) end
       end
     end
-    redis.call("DEL", KEYS[4], KEYS[5], KEYS[6])
+    redis.call("DEL", p .. "in:" .. id, p .. "lis:" .. id, p .. "ir:" .. id)
   else
-    redis.call("DEL", KEYS[3], KEYS[4], KEYS[5], KEYS[6])
+    redis.call("DEL", q, p .. "in:" .. id, p .. "lis:" .. id, p .. "ir:" .. id)
   end
-  if kept == 0 and sess then redis.call("SREM", ARGV[9] .. v[10], ARGV[8]) end
+  if kept == 0 and sess then redis.call("SREM", p .. "sq:" .. v[10], id) end
 end
-redis.call("PUBLISH", ARGV[4], "t")
+redis.call("PUBLISH", p .. "ev:" .. id, "t")
 if sess then
-  local u = redis.call("HGET", ARGV[12], v[10])
-  if u and tonumber(u) > now then redis.call("PUBLISH", ARGV[10] .. v[10], "s:" .. ARGV[8]) end
+  local u = redis.call("HGET", p .. "sl", v[10])
+  if u and tonumber(u) > now then redis.call("PUBLISH", p .. "sess:" .. v[10], "s:" .. id) end
 end
 return {1, v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], was}
 `)
