@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"slices"
 	"strconv"
 )
 
@@ -36,6 +37,13 @@ type Reader struct {
 	// CR-terminated lines) and pendErr the error that came with it.
 	pending []byte
 	pendErr error
+	// owned: pending lies in a buffer gathered for a long line, which
+	// the Reader never writes again (not in br's buffer).
+	owned bool
+	// skipRaw: Next leaves Event.Raw empty (SkipRaw); size counts the
+	// event's bytes instead.
+	skipRaw bool
+	size    int
 }
 
 // DefaultBufSize is NewReader's read buffer.
@@ -53,6 +61,11 @@ func NewReaderSize(r io.Reader, size, max int) *Reader {
 	return &Reader{br: bufio.NewReaderSize(r, size), max: max}
 }
 
+// SkipRaw makes Next leave Event.Raw empty, for a reader that uses only
+// the event's fields: it saves a copy of every event (of a result of
+// megabytes, for one). Call it before the first Next.
+func (r *Reader) SkipRaw() { r.skipRaw = true }
+
 // readLine returns the next line with its line end. At the end of the
 // stream it returns what is left (an unterminated line) with the error; a
 // nil error means the line is complete. The line is valid until the next
@@ -63,17 +76,19 @@ func (r *Reader) readLine() ([]byte, error) {
 			return nil, r.pendErr
 		}
 		line, err := r.br.ReadSlice('\n')
+		r.owned = false
 		if errors.Is(err, bufio.ErrBufferFull) {
-			// A long line: gather it whole.
-			buf := append([]byte(nil), line...)
+			// A long line: gather it whole, in a buffer of its own.
+			buf := make([]byte, 0, 4*len(line))
+			buf = append(buf, line...)
 			for errors.Is(err, bufio.ErrBufferFull) {
-				if r.max > 0 && len(buf)+len(r.ev.Raw) > r.max {
+				if r.max > 0 && len(buf)+r.size > r.max {
 					return nil, ErrEventTooLarge
 				}
 				line, err = r.br.ReadSlice('\n')
 				buf = append(buf, line...)
 			}
-			line = buf
+			line, r.owned = buf, true
 		}
 		r.pending, r.pendErr = line, err
 		if len(line) == 0 {
@@ -100,18 +115,22 @@ func (r *Reader) Next() (*Event, error) {
 	ev := &r.ev
 	ev.Raw, ev.ID, ev.Name, ev.Data = ev.Raw[:0], ev.ID[:0], ev.Name[:0], ev.Data[:0]
 	ev.HasID, ev.Retry = false, -1
+	r.size = 0
 	dataLines := 0
 	for {
 		line, err := r.readLine()
 		if len(line) > 0 {
-			ev.Raw = append(ev.Raw, line...)
-			if r.max > 0 && len(ev.Raw) > r.max {
+			r.size += len(line)
+			if !r.skipRaw {
+				ev.Raw = append(ev.Raw, line...)
+			}
+			if r.max > 0 && r.size > r.max {
 				return nil, ErrEventTooLarge
 			}
 		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
-				if len(ev.Raw) == 0 {
+				if r.size == 0 {
 					return nil, io.EOF
 				}
 				return ev, io.ErrUnexpectedEOF
@@ -121,9 +140,10 @@ func (r *Reader) Next() (*Event, error) {
 		content := bytes.TrimSuffix(line, []byte("\n"))
 		content = bytes.TrimSuffix(content, []byte("\r"))
 		if len(content) == 0 {
-			if len(ev.Raw) == len(line) {
+			if r.size == len(line) {
 				// Stray blank line before any field: keep reading.
 				ev.Raw = ev.Raw[:0]
+				r.size = 0
 				continue
 			}
 			return ev, nil
@@ -140,10 +160,18 @@ func (r *Reader) Next() (*Event, error) {
 		}
 		switch string(field) {
 		case "data":
-			if dataLines > 0 {
+			switch {
+			case dataLines == 0 && r.owned:
+				// A long line gathered in a buffer of its own: the data
+				// is a view of it, not a copy (capped, so that appending
+				// a further line copies rather than overwrite the rest).
+				ev.Data = value[:len(value):len(value)]
+			case dataLines > 0:
 				ev.Data = append(ev.Data, '\n')
+				fallthrough
+			default:
+				ev.Data = append(ev.Data, value...)
 			}
-			ev.Data = append(ev.Data, value...)
 			dataLines++
 		case "id":
 			if bytes.IndexByte(value, 0) < 0 {
@@ -178,24 +206,44 @@ func atoiDigits(b []byte) (int, bool) {
 // (split into data lines at line ends: CRLF, LF or CR, as a reader splits
 // them; in JSON these are only whitespace).
 func Append(dst []byte, id string, data []byte) []byte {
+	// One allocation for the usual event (a JSON message has no line end
+	// unless it is pretty-printed).
+	dst = slices.Grow(dst, len(id)+len(data)+16)
 	if id != "" {
 		dst = append(dst, "id: "...)
 		dst = append(dst, id...)
 		dst = append(dst, '\n')
 	}
-	for {
-		i := bytes.IndexAny(data, "\r\n")
+	// The next CR and LF in data, each found once with IndexByte (much
+	// faster on megabytes than IndexAny) and looked for again only once
+	// passed: -1 none left.
+	cr, lf := bytes.IndexByte(data, '\r'), bytes.IndexByte(data, '\n')
+	for off := 0; ; {
+		if cr >= 0 && cr < off {
+			if cr = bytes.IndexByte(data[off:], '\r'); cr >= 0 {
+				cr += off
+			}
+		}
+		if lf >= 0 && lf < off {
+			if lf = bytes.IndexByte(data[off:], '\n'); lf >= 0 {
+				lf += off
+			}
+		}
+		i := lf
+		if cr >= 0 && (i < 0 || cr < i) {
+			i = cr
+		}
 		dst = append(dst, "data: "...)
 		if i < 0 {
-			dst = append(dst, data...)
+			dst = append(dst, data[off:]...)
 			break
 		}
-		dst = append(dst, data[:i]...)
+		dst = append(dst, data[off:i]...)
 		dst = append(dst, '\n')
 		if data[i] == '\r' && i+1 < len(data) && data[i+1] == '\n' {
 			i++
 		}
-		data = data[i+1:]
+		off = i + 1
 	}
 	return append(dst, '\n', '\n')
 }
