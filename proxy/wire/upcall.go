@@ -92,7 +92,9 @@ func (f *Front) readSSEAnswer(ctx context.Context, j *Job, cur *upstream.Call, b
 	retry := time.Second
 	for resumes := 0; ; resumes++ {
 		r := sse.NewReaderSize(body, upstream.BackgroundReadBuf, f.Config.MaxResultSize) // the background variant: a line buffer of the call's read buffer size
-		r.SkipRaw() // only the fields are read: no copy of each event (of a result of megabytes)
+		// Only the fields are read: no copy of each event into Raw (of a
+		// result of megabytes).
+		r.SkipRaw()
 		for {
 			ev, err := r.Next()
 			if ev != nil && err == nil {

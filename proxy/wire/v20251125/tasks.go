@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -381,12 +382,15 @@ func answerOutcome(t *taskstore.Task, out *taskstore.Outcome) string {
 }
 
 func appendOutcome(dst, id []byte, t *taskstore.Task, out *taskstore.Outcome) []byte {
+	if out != nil {
+		dst = slices.Grow(dst, outcomeSize(id, t, out)) // one allocation, also for megabytes
+	}
 	switch {
 	case t.Status == taskstore.Cancelled:
 		return wire.AppendError(dst, id, wire.CodeInternalError, "taskgate: task was cancelled; it has no result")
 	case out != nil && out.Kind == taskstore.OutcomeResult:
-		if res, err := withRelatedTask(out.Raw, t.ID); err == nil {
-			return wire.AppendResult(dst, id, res)
+		if b, err := appendRelatedResult(dst, id, out.Raw, t.ID); err == nil {
+			return b
 		}
 		return wire.AppendError(dst, id, wire.CodeInternalError, "taskgate: stored result is malformed")
 	case out != nil && out.Kind == taskstore.OutcomeError:
@@ -397,6 +401,45 @@ func appendOutcome(dst, id []byte, t *taskstore.Task, out *taskstore.Outcome) []
 		msg = "task failed without an upstream answer"
 	}
 	return wire.AppendError(dst, id, wire.CodeInternalError, "taskgate: "+msg)
+}
+
+// outcomeSize bounds the length of appendOutcome's answer for a task
+// with an outcome.
+func outcomeSize(id []byte, t *taskstore.Task, out *taskstore.Outcome) int {
+	return len(out.Raw) + len(id) + len(t.ID) + len(t.StatusMessage) + 160
+}
+
+// appendRelatedResult appends the success response carrying result with
+// _meta[related-task] = {taskId} (T-40). A result without _meta of its own
+// (nearly all, and the large ones) is rendered around the stored bytes:
+// one scan and one copy, where parsing and re-emitting the result would
+// copy it twice more. One with _meta is merged as withRelatedTask does.
+func appendRelatedResult(dst, id, result []byte, taskID string) ([]byte, error) {
+	vals, err := jsonx.Members(result, "_meta")
+	if err != nil {
+		return dst, err
+	}
+	body := bytes.TrimRight(result, " \t\r\n")
+	if vals[0] != nil || len(body) == 0 || body[len(body)-1] != '}' {
+		res, err := withRelatedTask(result, taskID)
+		if err != nil {
+			return dst, err
+		}
+		return wire.AppendResult(dst, id, res), nil
+	}
+	// Members found an object: the member goes before its closing brace,
+	// after a comma unless it has no members.
+	body = bytes.TrimRight(body[:len(body)-1], " \t\r\n")
+	dst = append(dst, `{"jsonrpc":"2.0","id":`...)
+	dst = append(dst, id...)
+	dst = append(dst, `,"result":`...)
+	dst = append(dst, body...)
+	if body[len(body)-1] != '{' {
+		dst = append(dst, ',')
+	}
+	dst = append(dst, `"_meta":{"`+MetaRelatedTask+`":{"taskId":`...)
+	dst = wire.AppendJSONString(dst, taskID)
+	return append(dst, "}}}}"...), nil
 }
 
 // withRelatedTask returns result with _meta[related-task] = {taskId}.
@@ -420,13 +463,12 @@ func withRelatedTask(result []byte, taskID string) ([]byte, error) {
 }
 
 func (w *Wire) writeOutcome(rc *fasthttp.RequestCtx, id []byte, t *taskstore.Task, out *taskstore.Outcome) {
-	size := 128
-	if out != nil {
-		size += len(out.Raw)
-	}
 	rc.SetStatusCode(fasthttp.StatusOK)
 	rc.Response.Header.SetContentType("application/json")
-	rc.SetBody(appendOutcome(make([]byte, 0, size), id, t, out))
+	// The answer is this call's own buffer, never written again: the
+	// response takes it as it is rather than copy it (megabytes, for a
+	// large result).
+	rc.Response.SetBodyRaw(appendOutcome(nil, id, t, out))
 }
 
 func acceptsSSE(hdr *fasthttp.RequestHeader) bool {
@@ -488,9 +530,7 @@ func (w *Wire) awaitJSONResult(rc *fasthttp.RequestCtx, info *wire.Info, id []by
 		return
 	}
 	info.Outcome = answerOutcome(t, out)
-	rc.SetStatusCode(fasthttp.StatusOK)
-	rc.Response.Header.SetContentType("application/json")
-	rc.SetBody(appendOutcome(nil, id, t, out))
+	w.writeOutcome(rc, id, t, out)
 }
 
 // localResult answers a tasks/result for a call that runs in this process
