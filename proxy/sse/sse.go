@@ -30,7 +30,8 @@ type Event struct {
 // Lines end with CRLF, LF or a lone CR. It is not safe for concurrent use.
 type Reader struct {
 	br  *bufio.Reader
-	max int // max bytes per event; 0 = unlimited
+	src *source // br's reader
+	max int     // max bytes per event; 0 = unlimited
 	ev  Event
 
 	// pending is the unread rest of the last ReadSlice (it may hold more
@@ -58,7 +59,25 @@ func NewReader(r io.Reader, max int) *Reader {
 // NewReaderSize is NewReader with a read buffer of size bytes (lines longer
 // than the buffer are still read whole), for readers kept in large numbers.
 func NewReaderSize(r io.Reader, size, max int) *Reader {
-	return &Reader{br: bufio.NewReaderSize(r, size), max: max}
+	src := &source{rd: r}
+	return &Reader{br: bufio.NewReaderSize(src, size), src: src, max: max}
+}
+
+// source is a Reader's underlying reader with bytes read ahead of br put
+// back in front (extra): a long line is read straight into its own buffer
+// in large reads, and what came after its end goes back.
+type source struct {
+	extra []byte
+	rd    io.Reader
+}
+
+func (s *source) Read(p []byte) (int, error) {
+	if len(s.extra) > 0 {
+		n := copy(p, s.extra)
+		s.extra = s.extra[n:]
+		return n, nil
+	}
+	return s.rd.Read(p)
 }
 
 // SkipRaw makes Next leave Event.Raw empty, for a reader that uses only
@@ -79,16 +98,11 @@ func (r *Reader) readLine() ([]byte, error) {
 		r.owned = false
 		if errors.Is(err, bufio.ErrBufferFull) {
 			// A long line: gather it whole, in a buffer of its own.
-			buf := make([]byte, 0, 4*len(line))
-			buf = append(buf, line...)
-			for errors.Is(err, bufio.ErrBufferFull) {
-				if r.max > 0 && len(buf)+r.size > r.max {
-					return nil, ErrEventTooLarge
-				}
-				line, err = r.br.ReadSlice('\n')
-				buf = append(buf, line...)
+			line, err = r.gather(line)
+			if err != nil && len(line) == 0 {
+				return nil, err
 			}
-			line, r.owned = buf, true
+			r.owned = true
 		}
 		r.pending, r.pendErr = line, err
 		if len(line) == 0 {
@@ -106,6 +120,39 @@ func (r *Reader) readLine() ([]byte, error) {
 		return p, nil
 	}
 	return p, r.pendErr
+}
+
+// gather reads the rest of a line longer than br's buffer, whose start is
+// head, into a buffer of its own. ReadSlice has emptied br, so br.Read
+// reads straight into that buffer, in reads as large as its free room
+// (a result of megabytes arrives in a few dozen reads rather than one per
+// buffer's worth, each copied once more); the bytes read past the line's
+// end go back to src. The error is ErrEventTooLarge, or the read error
+// that ended an unterminated line.
+func (r *Reader) gather(head []byte) ([]byte, error) {
+	buf := make([]byte, 0, max(64<<10, 4*len(head)))
+	buf = append(buf, head...)
+	for {
+		if r.max > 0 && len(buf)+r.size > r.max {
+			return nil, ErrEventTooLarge
+		}
+		if cap(buf)-len(buf) < max(16<<10, r.br.Size()) {
+			// Room for at least br's size: br reads straight into it
+			// (and holds nothing buffered after, so extra is next).
+			buf = slices.Grow(buf, cap(buf)) // doubles
+		}
+		n, err := r.br.Read(buf[len(buf):cap(buf)])
+		if i := bytes.IndexByte(buf[len(buf):len(buf)+n], '\n'); i >= 0 {
+			// buf is this line's alone: its tail beyond the line is
+			// never written again, so src may hand it out as it is.
+			r.src.extra = buf[len(buf)+i+1 : len(buf)+n]
+			return buf[: len(buf)+i+1 : len(buf)+i+1], nil
+		}
+		buf = buf[:len(buf)+n]
+		if err != nil {
+			return buf, err
+		}
+	}
 }
 
 // Next returns the next event. The returned event and its slices are valid
@@ -214,6 +261,36 @@ func Append(dst []byte, id string, data []byte) []byte {
 		dst = append(dst, id...)
 		dst = append(dst, '\n')
 	}
+	eachLine(data, func(line []byte) {
+		dst = append(dst, "data: "...)
+		dst = append(dst, line...)
+		dst = append(dst, '\n')
+	})
+	return append(dst, '\n')
+}
+
+// Write writes the event Append would append to w, without building it
+// first: for data of megabytes, one copy fewer. It returns the first
+// error of w.
+func Write(w *bufio.Writer, id string, data []byte) error {
+	if id != "" {
+		_, _ = w.WriteString("id: ")
+		_, _ = w.WriteString(id)
+		_ = w.WriteByte('\n')
+	}
+	eachLine(data, func(line []byte) {
+		_, _ = w.WriteString("data: ")
+		_, _ = w.Write(line) // a large line goes straight to w's writer
+		_ = w.WriteByte('\n')
+	})
+	_ = w.WriteByte('\n')
+	_, err := w.Write(nil) // the error a write met, if any
+	return err
+}
+
+// eachLine calls fn with each line of data split at line ends (CRLF, LF
+// or CR), at least once.
+func eachLine(data []byte, fn func(line []byte)) {
 	// The next CR and LF in data, each found once with IndexByte (much
 	// faster on megabytes than IndexAny) and looked for again only once
 	// passed: -1 none left.
@@ -233,19 +310,16 @@ func Append(dst []byte, id string, data []byte) []byte {
 		if cr >= 0 && (i < 0 || cr < i) {
 			i = cr
 		}
-		dst = append(dst, "data: "...)
 		if i < 0 {
-			dst = append(dst, data[off:]...)
-			break
+			fn(data[off:])
+			return
 		}
-		dst = append(dst, data[off:i]...)
-		dst = append(dst, '\n')
+		fn(data[off:i])
 		if data[i] == '\r' && i+1 < len(data) && data[i+1] == '\n' {
 			i++
 		}
 		off = i + 1
 	}
-	return append(dst, '\n', '\n')
 }
 
 // AppendRewritten re-emits ev with new data, keeping its id, event name
