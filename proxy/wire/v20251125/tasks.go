@@ -608,7 +608,7 @@ func (w *Wire) streamLocalResult(rc *fasthttp.RequestCtx, info *wire.Info, id []
 				}
 				return "store_unavailable"
 			case settled:
-				_, _ = bw.Write(sse.Append(nil, evID, appendOutcome(nil, id, t, out)))
+				_ = sse.Write(bw, evID, appendOutcome(nil, id, t, out))
 				_ = bw.Flush()
 				return answerOutcome(t, out)
 			case left.Load():
@@ -746,7 +746,7 @@ func (w *Wire) resultStreamBody(ctx context.Context, bw *bufio.Writer, evID stri
 		buf = wire.AppendError(nil, id, wire.CodeInternalError, wire.MsgStoreUnavailable)
 		outcome = "store_unavailable"
 	}
-	_, _ = bw.Write(sse.Append(nil, evID, buf))
+	_ = sse.Write(bw, evID, buf)
 	_ = bw.Flush()
 	return outcome
 }
