@@ -9,6 +9,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"sync"
 )
 
 // ErrEventTooLarge is Reader.Next's error for an event over its size limit.
@@ -123,37 +124,66 @@ func (r *Reader) readLine() ([]byte, error) {
 }
 
 // gather reads the rest of a line longer than br's buffer, whose start is
-// head, into a buffer of its own. ReadSlice has emptied br, so br.Read
-// reads straight into that buffer, in reads as large as its free room
-// (a result of megabytes arrives in a few dozen reads rather than one per
-// buffer's worth, each copied once more); the bytes read past the line's
-// end go back to src. The error is ErrEventTooLarge, or the read error
-// that ended an unterminated line.
+// head, and returns the whole line in a buffer of its own. ReadSlice has
+// emptied br, so br.Read reads straight into pieces of gatherPiece bytes
+// (pooled, so their memory is warm and never cleared again), in reads as
+// large as a piece's free room: a result of megabytes arrives in a few
+// dozen reads rather than one per buffer's worth, and is copied once into
+// a buffer of its exact size, where growing one buffer by doubling would
+// clear and copy twice its size. The bytes read past the line's end go
+// back to src. The error is ErrEventTooLarge, or the read error that ended
+// an unterminated line.
 func (r *Reader) gather(head []byte) ([]byte, error) {
-	buf := make([]byte, 0, max(64<<10, 4*len(head)))
-	buf = append(buf, head...)
+	var pieces []*[]byte
+	defer func() {
+		for _, p := range pieces {
+			gatherPieces.Put(p)
+		}
+	}()
+	n := len(head) // bytes of the line so far
+	var piece []byte
+	var err error
 	for {
-		if r.max > 0 && len(buf)+r.size > r.max {
+		if r.max > 0 && n+r.size > r.max {
 			return nil, ErrEventTooLarge
 		}
-		if cap(buf)-len(buf) < max(16<<10, r.br.Size()) {
+		if cap(piece)-len(piece) < max(16<<10, r.br.Size()) {
 			// Room for at least br's size: br reads straight into it
-			// (and holds nothing buffered after, so extra is next).
-			buf = slices.Grow(buf, cap(buf)) // doubles
+			// (and holds nothing buffered after, so extra comes next).
+			p := gatherPieces.Get().(*[]byte)
+			pieces = append(pieces, p)
+			piece = (*p)[:0]
 		}
-		n, err := r.br.Read(buf[len(buf):cap(buf)])
-		if i := bytes.IndexByte(buf[len(buf):len(buf)+n], '\n'); i >= 0 {
-			// buf is this line's alone: its tail beyond the line is
-			// never written again, so src may hand it out as it is.
-			r.src.extra = buf[len(buf)+i+1 : len(buf)+n]
-			return buf[: len(buf)+i+1 : len(buf)+i+1], nil
+		var m int
+		m, err = r.br.Read(piece[len(piece):cap(piece)])
+		read := piece[len(piece) : len(piece)+m]
+		i := bytes.IndexByte(read, '\n')
+		if i >= 0 {
+			r.src.extra = append([]byte(nil), read[i+1:]...) // the piece goes back to the pool
+			read, err = read[:i+1], nil
 		}
-		buf = buf[:len(buf)+n]
-		if err != nil {
-			return buf, err
+		piece = piece[:len(piece)+len(read)]
+		*pieces[len(pieces)-1] = piece
+		n += len(read)
+		if i >= 0 || err != nil {
+			break
 		}
 	}
+	line := make([]byte, 0, n)
+	line = append(line, head...)
+	for _, p := range pieces {
+		line = append(line, *p...)
+	}
+	return line, err
 }
+
+// gatherPiece is the size of the pieces gather reads a long line into.
+const gatherPiece = 1 << 20
+
+var gatherPieces = sync.Pool{New: func() any {
+	b := make([]byte, 0, gatherPiece)
+	return &b
+}}
 
 // Next returns the next event. The returned event and its slices are valid
 // until the following call. At the end of the stream it returns io.EOF; a
