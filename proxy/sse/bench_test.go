@@ -2,6 +2,7 @@ package sse
 
 import (
 	"bytes"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -43,4 +44,32 @@ func BenchmarkAppendLarge(b *testing.B) {
 			b.Fatal("short")
 		}
 	}
+}
+
+// TestReadLargeEventAllocs: a runner reading an 8 MiB event with SkipRaw
+// allocates about the event once (the line it keeps), not once per copy on
+// the way (58 MB per event before the line was read in pooled pieces).
+func TestReadLargeEventAllocs(t *testing.T) {
+	const size = 8 << 20
+	in := []byte("data: " + strings.Repeat("x", size) + "\n\n")
+	read := func() {
+		r := NewReaderSize(bytes.NewReader(in), 4<<10, 32<<20)
+		r.SkipRaw()
+		if ev, err := r.Next(); err != nil || len(ev.Data) != size {
+			t.Fatalf("Next: %v", err)
+		}
+	}
+	read() // fills the piece pool
+	if got := allocatedBy(read); got > size*3/2 {
+		t.Errorf("reading an event of %d bytes allocated %d bytes, want at most %d", size, got, size*3/2)
+	}
+}
+
+// allocatedBy returns the bytes the heap allocated while f ran.
+func allocatedBy(f func()) uint64 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	f()
+	runtime.ReadMemStats(&after)
+	return after.TotalAlloc - before.TotalAlloc
 }

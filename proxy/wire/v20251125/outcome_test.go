@@ -2,6 +2,7 @@ package v20251125
 
 import (
 	"encoding/json"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -72,5 +73,25 @@ func BenchmarkAppendOutcomeLarge(b *testing.B) {
 		if a := appendOutcome(nil, []byte(`17`), task, out); len(a) < len(raw) {
 			b.Fatalf("answer of %d bytes", len(a))
 		}
+	}
+}
+
+// TestAppendOutcomeLargeAllocs: the answer to tasks/result of an 8 MiB
+// result is one buffer of about its size (twice that before: the result
+// was re-emitted with its _meta, then copied into an answer grown from
+// nothing).
+func TestAppendOutcomeLargeAllocs(t *testing.T) {
+	raw := []byte(`{"content":[{"type":"text","text":"` + strings.Repeat("x", 8<<20) + `"}]}`)
+	task := &taskstore.Task{ID: "0123456789abcdef0123456789abcdef", Status: taskstore.Completed}
+	out := &taskstore.Outcome{Kind: taskstore.OutcomeResult, Raw: raw}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	a := appendOutcome(nil, []byte(`17`), task, out)
+	runtime.ReadMemStats(&after)
+	if got, want := after.TotalAlloc-before.TotalAlloc, uint64(len(raw))*5/4; got > want {
+		t.Errorf("rendering a result of %d bytes allocated %d bytes, want at most %d", len(raw), got, want)
+	}
+	if len(a) < len(raw) {
+		t.Errorf("answer of %d bytes", len(a))
 	}
 }
