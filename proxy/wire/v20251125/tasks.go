@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -382,8 +381,10 @@ func answerOutcome(t *taskstore.Task, out *taskstore.Outcome) string {
 }
 
 func appendOutcome(dst, id []byte, t *taskstore.Task, out *taskstore.Outcome) []byte {
-	if out != nil {
-		dst = slices.Grow(dst, outcomeSize(id, t, out)) // one allocation, also for megabytes
+	if n := outcomeSize(id, t, out); out != nil && cap(dst)-len(dst) < n {
+		// One allocation, also for megabytes (slices.Grow makes two
+		// under the race detector).
+		dst = append(make([]byte, 0, len(dst)+n), dst...)
 	}
 	switch {
 	case t.Status == taskstore.Cancelled:
@@ -406,6 +407,9 @@ func appendOutcome(dst, id []byte, t *taskstore.Task, out *taskstore.Outcome) []
 // outcomeSize bounds the length of appendOutcome's answer for a task
 // with an outcome.
 func outcomeSize(id []byte, t *taskstore.Task, out *taskstore.Outcome) int {
+	if out == nil {
+		return 0
+	}
 	return len(out.Raw) + len(id) + len(t.ID) + len(t.StatusMessage) + 160
 }
 
