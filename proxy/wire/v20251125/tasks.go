@@ -684,7 +684,12 @@ func (w *Wire) startResultStream(rc *fasthttp.RequestCtx, info *wire.Info, id []
 	parent := w.WaitCtxOf(info) // WaitRoot with the request's trace span, when traced
 	se := w.BeginStream(info)
 	w.Eng.Enter()
-	rc.SetBodyStreamWriter(func(bw *bufio.Writer) {
+	// The bounded stream (as SetBodyStreamWriter, the writer runs at once
+	// in a goroutine of its own) hands the server blocks of up to 32 KiB:
+	// a result of megabytes goes out in chunks of that size, where
+	// SetBodyStreamWriter's pipe is read and written, and flushed, 4 KiB at
+	// a time (2048 writes for 8 MiB).
+	rc.Response.SetBodyStream(fasthttp.NewBoundedStreamReader(func(bw *bufio.Writer) {
 		defer w.Eng.Leave()
 		w.Waiters.Inc()
 		defer w.Waiters.Dec()
@@ -701,7 +706,7 @@ func (w *Wire) startResultStream(rc *fasthttp.RequestCtx, info *wire.Info, id []
 			return
 		}
 		outcome = body(ctx, bw, evID, &left)
-	})
+	}), -1)
 }
 
 // resultStreamBody waits through the store for the task's end, marked as
