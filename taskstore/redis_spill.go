@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"unsafe"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -49,7 +50,11 @@ func (s *Redis) unspill(ctx context.Context, owner, id string) (json.RawMessage,
 	if err := s.reads.direct(ctx, cmd); err != nil {
 		return nil, wrapErr("outcome", id, err) // redis.Nil: expired with the task
 	}
-	return json.RawMessage(cmd.Val()), nil
+	// The reply is a string of megabytes that nothing else holds, and an
+	// Outcome's Raw is never modified (Store.Outcome): its bytes are
+	// shared rather than copied.
+	v := cmd.Val()
+	return json.RawMessage(unsafe.Slice(unsafe.StringData(v), len(v))), nil
 }
 
 // dropSpilled deletes a spilled outcome that Finish could not record (the

@@ -1,6 +1,7 @@
 package jsonx
 
 import (
+	"encoding/binary"
 	"errors"
 	"unicode/utf8"
 )
@@ -166,6 +167,14 @@ func (s *Scanner) Str() (content []byte, escaped bool, err error) {
 	s.I++ // opening quote
 	start := s.I
 	for s.I < len(s.B) {
+		// Eight plain bytes at a time: a large result is mostly one long
+		// string, skipped here at several times the speed of the byte loop.
+		for s.I+8 <= len(s.B) && !strSpecial(binary.LittleEndian.Uint64(s.B[s.I:])) {
+			s.I += 8
+		}
+		if s.I >= len(s.B) {
+			break
+		}
 		c := s.B[s.I]
 		switch {
 		case c == '"':
@@ -201,6 +210,17 @@ func (s *Scanner) Str() (content []byte, escaped bool, err error) {
 		}
 	}
 	return nil, false, ErrSyntax
+}
+
+// strSpecial reports whether any of the eight bytes in x (read little
+// endian) ends a plain run of a string: a quote, a backslash or a control
+// character. Each test is the classic "has a zero byte" bit trick
+// ((v - 0x01..) &^ v & 0x80..), exact as a yes/no answer.
+func strSpecial(x uint64) bool {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
+	quote := x ^ (lo * '"')
+	bslash := x ^ (lo * '\\')
+	return ((quote-lo)&^quote|(bslash-lo)&^bslash|(x-lo*0x20)&^x)&hi != 0
 }
 
 func isHex(c byte) bool {

@@ -1,6 +1,7 @@
 package sse
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"io"
@@ -263,11 +264,21 @@ func TestAppendSSE(t *testing.T) {
 		{name: "LF in data", data: "{\n\"a\":1\n}", want: "data: {\ndata: \"a\":1\ndata: }\n\n"},
 		{name: "CRLF in data", data: "{\r\n}", want: "data: {\ndata: }\n\n"},
 		{name: "lone CR in data", data: "{\r}", want: "data: {\ndata: }\n\n"},
+		{name: "mixed line ends", data: "a\n\nb\r\rc\r\n", want: "data: a\ndata: \ndata: b\ndata: \ndata: c\ndata: \n\n"},
+		{name: "large line", data: strings.Repeat("x", 70000) + "\ny", want: "data: " + strings.Repeat("x", 70000) + "\ndata: y\n\n"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := string(Append(nil, tc.id, []byte(tc.data))); got != tc.want {
 				t.Errorf("Append(%q, %q) = %q, want %q", tc.id, tc.data, got, tc.want)
+			}
+			var b bytes.Buffer
+			w := bufio.NewWriterSize(&b, 16)
+			if err := Write(w, tc.id, []byte(tc.data)); err != nil || w.Flush() != nil {
+				t.Fatalf("Write: %v", err)
+			}
+			if got := b.String(); got != tc.want {
+				t.Errorf("Write(%q, %q) wrote %q, want %q", tc.id, tc.data, got, tc.want)
 			}
 		})
 	}

@@ -92,6 +92,9 @@ func (f *Front) readSSEAnswer(ctx context.Context, j *Job, cur *upstream.Call, b
 	retry := time.Second
 	for resumes := 0; ; resumes++ {
 		r := sse.NewReaderSize(body, upstream.BackgroundReadBuf, f.Config.MaxResultSize) // the background variant: a line buffer of the call's read buffer size
+		// Only the fields are read: no copy of each event into Raw (of a
+		// result of megabytes).
+		r.SkipRaw()
 		for {
 			ev, err := r.Next()
 			if ev != nil && err == nil {
@@ -102,6 +105,9 @@ func (f *Front) readSSEAnswer(ctx context.Context, j *Job, cur *upstream.Call, b
 					retry = time.Duration(ev.Retry) * time.Millisecond
 				}
 				if len(ev.Data) > 0 {
+					// ev.Data is r's until its next event; the answer
+					// is the last one read, and r is dropped with it, so
+					// the answer keeps ev.Data uncopied (final).
 					if res, final := f.onUpstreamMessage(ctx, j, ev.Data); final {
 						cur.DrainEnd(body)
 						return res
@@ -170,7 +176,9 @@ func (f *Front) resume(ctx context.Context, j *Job, lastID string) (*upstream.Ca
 }
 
 // onUpstreamMessage handles one message of the call's stream; final is
-// true when msg is the call's response.
+// true when msg is the call's response, whose Result then keeps msg (not
+// a copy: a result can be megabytes): the caller reads nothing more into
+// msg's memory. Other messages are copied.
 func (f *Front) onUpstreamMessage(ctx context.Context, j *Job, msg []byte) (engine.Result, bool) {
 	env, err := ParseEnvelope(msg)
 	if err != nil || env.Kind == jsonx.KindBatch {
@@ -179,7 +187,7 @@ func (f *Front) onUpstreamMessage(ctx context.Context, j *Job, msg []byte) (engi
 	}
 	switch {
 	case env.IsResponse():
-		return Classify(append([]byte(nil), msg...)), true
+		return Classify(msg), true
 	case env.Method == MethodPing && env.IsRequest():
 		// Answered here: a ping is no reason for input_required (E-36).
 		f.PostUpstream(j, AppendResult(nil, env.ID, []byte("{}")))

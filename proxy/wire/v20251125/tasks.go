@@ -375,12 +375,17 @@ func answerOutcome(t *taskstore.Task, out *taskstore.Outcome) string {
 }
 
 func appendOutcome(dst, id []byte, t *taskstore.Task, out *taskstore.Outcome) []byte {
+	if n := outcomeSize(id, t, out); out != nil && cap(dst)-len(dst) < n {
+		// One allocation, also for megabytes (slices.Grow makes two
+		// under the race detector).
+		dst = append(make([]byte, 0, len(dst)+n), dst...)
+	}
 	switch {
 	case t.Status == taskstore.Cancelled:
 		return wire.AppendError(dst, id, wire.CodeInternalError, "taskgate: task was cancelled; it has no result")
 	case out != nil && out.Kind == taskstore.OutcomeResult:
-		if res, err := withRelatedTask(out.Raw, t.ID); err == nil {
-			return wire.AppendResult(dst, id, res)
+		if b, err := appendRelatedResult(dst, id, out.Raw, t.ID); err == nil {
+			return b
 		}
 		return wire.AppendError(dst, id, wire.CodeInternalError, "taskgate: stored result is malformed")
 	case out != nil && out.Kind == taskstore.OutcomeError:
@@ -391,6 +396,48 @@ func appendOutcome(dst, id []byte, t *taskstore.Task, out *taskstore.Outcome) []
 		msg = "task failed without an upstream answer"
 	}
 	return wire.AppendError(dst, id, wire.CodeInternalError, "taskgate: "+msg)
+}
+
+// outcomeSize bounds the length of appendOutcome's answer for a task
+// with an outcome.
+func outcomeSize(id []byte, t *taskstore.Task, out *taskstore.Outcome) int {
+	if out == nil {
+		return 0
+	}
+	return len(out.Raw) + len(id) + len(t.ID) + len(t.StatusMessage) + 160
+}
+
+// appendRelatedResult appends the success response carrying result with
+// _meta[related-task] = {taskId} (T-40). A result without _meta of its own
+// (nearly all, and the large ones) is rendered around the stored bytes:
+// one scan and one copy, where parsing and re-emitting the result would
+// copy it twice more. One with _meta is merged as withRelatedTask does.
+func appendRelatedResult(dst, id, result []byte, taskID string) ([]byte, error) {
+	vals, err := jsonx.Members(result, "_meta")
+	if err != nil {
+		return dst, err
+	}
+	body := bytes.TrimRight(result, " \t\r\n")
+	if vals[0] != nil || len(body) == 0 || body[len(body)-1] != '}' {
+		res, err := withRelatedTask(result, taskID)
+		if err != nil {
+			return dst, err
+		}
+		return wire.AppendResult(dst, id, res), nil
+	}
+	// Members found an object: the member goes before its closing brace,
+	// after a comma unless it has no members.
+	body = bytes.TrimRight(body[:len(body)-1], " \t\r\n")
+	dst = append(dst, `{"jsonrpc":"2.0","id":`...)
+	dst = append(dst, id...)
+	dst = append(dst, `,"result":`...)
+	dst = append(dst, body...)
+	if body[len(body)-1] != '{' {
+		dst = append(dst, ',')
+	}
+	dst = append(dst, `"_meta":{"`+MetaRelatedTask+`":{"taskId":`...)
+	dst = wire.AppendJSONString(dst, taskID)
+	return append(dst, "}}}}"...), nil
 }
 
 // withRelatedTask returns result with _meta[related-task] = {taskId}.
@@ -414,13 +461,12 @@ func withRelatedTask(result []byte, taskID string) ([]byte, error) {
 }
 
 func (w *Wire) writeOutcome(rc *fasthttp.RequestCtx, id []byte, t *taskstore.Task, out *taskstore.Outcome) {
-	size := 128
-	if out != nil {
-		size += len(out.Raw)
-	}
 	rc.SetStatusCode(fasthttp.StatusOK)
 	rc.Response.Header.SetContentType("application/json")
-	rc.SetBody(appendOutcome(make([]byte, 0, size), id, t, out))
+	// The answer is this call's own buffer, never written again: the
+	// response takes it as it is rather than copy it (megabytes, for a
+	// large result).
+	rc.Response.SetBodyRaw(appendOutcome(nil, id, t, out))
 }
 
 func acceptsSSE(hdr *fasthttp.RequestHeader) bool {
@@ -482,9 +528,7 @@ func (w *Wire) awaitJSONResult(rc *fasthttp.RequestCtx, info *wire.Info, id []by
 		return
 	}
 	info.Outcome = answerOutcome(t, out)
-	rc.SetStatusCode(fasthttp.StatusOK)
-	rc.Response.Header.SetContentType("application/json")
-	rc.SetBody(appendOutcome(nil, id, t, out))
+	w.writeOutcome(rc, id, t, out)
 }
 
 // localResult answers a tasks/result for a call that runs in this process
@@ -562,7 +606,7 @@ func (w *Wire) streamLocalResult(rc *fasthttp.RequestCtx, info *wire.Info, id []
 				}
 				return "store_unavailable"
 			case settled:
-				_, _ = bw.Write(sse.Append(nil, evID, appendOutcome(nil, id, t, out)))
+				_ = sse.Write(bw, evID, appendOutcome(nil, id, t, out))
 				_ = bw.Flush()
 				return answerOutcome(t, out)
 			case left.Load():
@@ -634,7 +678,12 @@ func (w *Wire) startResultStream(rc *fasthttp.RequestCtx, info *wire.Info, id []
 	parent := w.WaitCtxOf(info) // WaitRoot with the request's trace span, when traced
 	se := w.BeginStream(info)
 	w.Eng.Enter()
-	rc.SetBodyStreamWriter(func(bw *bufio.Writer) {
+	// The bounded stream (as SetBodyStreamWriter, the writer runs at once
+	// in a goroutine of its own) hands the server blocks of up to 32 KiB:
+	// a result of megabytes goes out in chunks of that size, where
+	// SetBodyStreamWriter's pipe is read and written, and flushed, 4 KiB at
+	// a time (2048 writes for 8 MiB).
+	rc.Response.SetBodyStream(fasthttp.NewBoundedStreamReader(func(bw *bufio.Writer) {
 		defer w.Eng.Leave()
 		w.Waiters.Inc()
 		defer w.Waiters.Dec()
@@ -651,7 +700,7 @@ func (w *Wire) startResultStream(rc *fasthttp.RequestCtx, info *wire.Info, id []
 			return
 		}
 		outcome = body(ctx, bw, evID, &left)
-	})
+	}), -1)
 }
 
 // resultStreamBody waits through the store for the task's end, marked as
@@ -700,7 +749,7 @@ func (w *Wire) resultStreamBody(ctx context.Context, bw *bufio.Writer, evID stri
 		buf = wire.AppendError(nil, id, wire.CodeInternalError, wire.MsgStoreUnavailable)
 		outcome = "store_unavailable"
 	}
-	_, _ = bw.Write(sse.Append(nil, evID, buf))
+	_ = sse.Write(bw, evID, buf)
 	_ = bw.Flush()
 	return outcome
 }
