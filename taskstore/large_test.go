@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/taskgate/taskgate/taskstore/redistest"
 )
 
@@ -216,5 +217,47 @@ func TestLargePayloadsEmbedded(t *testing.T) {
 		p99(probe).Round(time.Millisecond), len(probe), float64(before)/1e6, float64(held)/1e6, float64(after)/1e6)
 	if after > before+50<<20 {
 		t.Errorf("live heap after the tasks expired %.1f MB, before %.1f MB: more than 50 MB kept", float64(after)/1e6, float64(before)/1e6)
+	}
+}
+
+// TestLargeFinishOutlivesStoreTimeout: a Finish that moves a large outcome
+// gets largeOpTimeout once it has its lane, not what is left of the store
+// timeout: with Redis holding writes for longer than the store timeout
+// (CLIENT PAUSE WRITE), the small operations it is given fail, the large
+// Finish succeeds once the pause ends. Before, it failed like them with
+// "task store unavailable" (CI: an 8 MiB SET answered after 3 s while
+// Redis was up).
+func TestLargeFinishOutlivesStoreTimeout(t *testing.T) {
+	addr := redistest.Start(t)
+	s := storeOn(t, redis.NewClient(clientOpts(addr)), uniquePrefix(), Config{OpTimeout: 200 * time.Millisecond}, true)
+	admin := redis.NewClient(clientOpts(addr))
+	t.Cleanup(func() { _ = admin.Close() })
+	ctx := context.Background()
+	large := &Task{Owner: ownerA, Runner: "r", TTL: time.Minute}
+	small := &Task{Owner: ownerA, Runner: "r", TTL: time.Minute}
+	for _, task := range []*Task{large, small} {
+		if err := s.Create(ctx, task, CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	result := bigResult(spillMin * 2)
+	const pause = 800 * time.Millisecond // four store timeouts
+	if err := admin.Do(ctx, "client", "pause", pause.Milliseconds(), "write").Err(); err != nil {
+		t.Fatal(err)
+	}
+	began := time.Now()
+	_, smallErr := s.Finish(ctx, ownerA, small.ID, Completed, "", Outcome{OutcomeResult, json.RawMessage(`{"content":[]}`)})
+	if !errors.Is(smallErr, ErrUnavailable) {
+		t.Errorf("small Finish during the pause: %v, want ErrUnavailable after the store timeout", smallErr)
+	}
+	if _, err := s.Finish(ctx, ownerA, large.ID, Completed, "", Outcome{OutcomeResult, result}); err != nil {
+		t.Fatalf("large Finish during a %v write pause (store timeout 200ms): %v", pause, err)
+	}
+	if took := time.Since(began); took < pause/2 {
+		t.Errorf("the large Finish returned after %v, before the pause could end: the pause did not hold it", took)
+	}
+	_, out, err := s.Outcome(ctx, ownerA, large.ID)
+	if err != nil || len(out.Raw) != len(result) {
+		t.Fatalf("Outcome after the pause: %d bytes, %v; want %d bytes", len(out.Raw), err, len(result))
 	}
 }

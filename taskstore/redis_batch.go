@@ -201,12 +201,14 @@ func (b *readBatcher) direct(ctx context.Context, cmd redis.Cmder) error {
 // the wait is capped at laneWaitMax). Under a burst of large results on a
 // loaded machine, 50 simultaneous 8 MiB outcomes each waited longer than a
 // 3 s --store-timeout for one of the 4 lanes; failing them made the
-// runners send all 8 MiB again.
+// runners send all 8 MiB again. Once it has its lane, the operation gets
+// at least largeOpTimeout.
 func (b *readBatcher) lane(ctx context.Context) (context.Context, func(), error) {
 	budget := DefaultOpTimeout
 	if dl, ok := ctx.Deadline(); ok {
 		budget = time.Until(dl)
 	}
+	budget = max(budget, largeOpTimeout)
 	select {
 	case b.lanes <- struct{}{}:
 	default:
@@ -244,6 +246,17 @@ func (b *readBatcher) alone(ctx context.Context, cmd redis.Cmder) error {
 
 // laneWaitMax bounds how long direct waits for a lane.
 const laneWaitMax = time.Minute
+
+// largeOpTimeout is the least time an operation on a lane gets once it has
+// its lane, whatever is left of the caller's --store-timeout: moving a
+// payload of megabytes takes Redis longer than a small command, the more
+// so on a loaded machine. In CI (two cores, the race-detector builds of
+// other tests running), the reply to an 8 MiB SET took longer than 3 s
+// while Redis was up: the runner logged the store unavailable and sent
+// the outcome again. 30 s is 1 MiB/s for the largest result
+// (--max-result-size's default, 32 MiB). The connection's own read and
+// write timeouts (Open's defaults) are no shorter.
+const largeOpTimeout = 30 * time.Second
 
 // awaitLane takes a lane, or fails when ctx is cancelled (not when its
 // deadline passes), the batcher closes or laneWaitMax passes.

@@ -11,11 +11,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Timeouts Open applies when the URL does not set them.
+// Timeouts Open applies when the URL does not set them. The read and
+// write timeouts are a backstop: every store operation carries its own
+// deadline (Config.OpTimeout, --store-timeout; at least 30 s for one that
+// moves a large payload), and go-redis applies the earlier of the two
+// (ContextTimeoutEnabled), so they must not be shorter than the longest
+// operation's.
 const (
 	DefaultDialTimeout  = 5 * time.Second
-	DefaultReadTimeout  = 3 * time.Second
-	DefaultWriteTimeout = 3 * time.Second
+	DefaultReadTimeout  = time.Minute
+	DefaultWriteTimeout = time.Minute
 )
 
 // Open returns a go-redis client for rawURL, with ContextTimeoutEnabled and
