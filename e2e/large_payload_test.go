@@ -5,6 +5,7 @@ package e2e
 
 import (
 	"github.com/taskgate/taskgate/e2e/e2etest"
+	"maps"
 	"os"
 
 	"bytes"
@@ -29,7 +30,10 @@ import (
 // within 50 MB of its start once the tasks' TTL has passed (polled: an idle
 // process collects at the latest every 2 minutes). The probe's latency
 // (p50, p99, max) idle and during the burst is reported, not asserted:
-// timing on a shared machine is noise.
+// timing on a shared machine is noise. The replicas run with --poll-hold 0:
+// held, the probe's tasks/get of its working echo task would last until
+// the echo ends (the upstream's latency under the burst, which the whole
+// rounds report), not as long as a task operation.
 //
 // It measures the binaries as they ship: under -race (CI) it builds its own
 // without the race detector, which multiplies the memory and the CPU time
@@ -51,12 +55,12 @@ func TestLargeResultsUnderLoad(t *testing.T) {
 		rs := newRedisServer(t, e2etest.FreeAddr(t), false)
 		rs.start()
 		up := startServer(t, "legacy-mcp", bins.LegacyMCP)
-		flags := []string{"--redis", "redis://" + rs.addr, "--owner-key", "large-results-owner-key-0123456789", "--task-rate", "-1"}
+		flags := []string{"--redis", "redis://" + rs.addr, "--owner-key", "large-results-owner-key-0123456789", "--task-rate", "-1", "--poll-hold", "0"}
 		largeBurst(t, []*gateway{startTaskgateBin(t, bins.Taskgate, up.URL, flags...), startTaskgateBin(t, bins.Taskgate, up.URL, flags...)})
 	})
 	t.Run("embedded", func(t *testing.T) {
 		up := startServer(t, "legacy-mcp", bins.LegacyMCP)
-		largeBurst(t, []*gateway{startTaskgateBin(t, bins.Taskgate, up.URL, "--task-rate", "-1")})
+		largeBurst(t, []*gateway{startTaskgateBin(t, bins.Taskgate, up.URL, "--task-rate", "-1", "--poll-hold", "0")})
 	})
 }
 
@@ -66,8 +70,10 @@ func TestLargeResultsUnderLoad(t *testing.T) {
 // share) and of the whole round (which includes the upstream's echo).
 type largeProbe struct {
 	mu      sync.Mutex
-	ops     []time.Duration // create, get and result, each
-	rounds  []time.Duration // create to result
+	ops     []time.Duration            // create, get and result, each
+	byOp    map[string][]time.Duration // the same by method
+	last    map[string][]time.Duration // byOp at the last take
+	rounds  []time.Duration            // create to result
 	errs    []string
 	wrong   int
 	stop    chan struct{}
@@ -75,7 +81,7 @@ type largeProbe struct {
 }
 
 func startLargeProbe(t *testing.T, gws []*gateway) *largeProbe {
-	p := &largeProbe{stop: make(chan struct{}), stopped: make(chan struct{})}
+	p := &largeProbe{stop: make(chan struct{}), stopped: make(chan struct{}), byOp: map[string][]time.Duration{}}
 	clients := make([]*loadClient, len(gws))
 	for i, gw := range gws {
 		clients[i] = newLoadClient(t, gw, "probe")
@@ -93,6 +99,7 @@ func startLargeProbe(t *testing.T, gws []*gateway) *largeProbe {
 		if err == nil {
 			p.mu.Lock()
 			p.ops = append(p.ops, took)
+			p.byOp[method] = append(p.byOp[method], took)
 			p.mu.Unlock()
 		}
 		return res, err
@@ -164,7 +171,19 @@ func (p *largeProbe) take() (ops, rounds []time.Duration, errs []string, wrong i
 	defer p.mu.Unlock()
 	ops, rounds, errs, wrong = p.ops, p.rounds, p.errs, p.wrong
 	p.ops, p.rounds, p.errs, p.wrong = nil, nil, nil, 0
+	p.last, p.byOp = p.byOp, map[string][]time.Duration{}
 	return
+}
+
+// lastByOp formats the latencies of the last take by method.
+func (p *largeProbe) lastByOp() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var parts []string
+	for _, m := range slices.Sorted(maps.Keys(p.last)) {
+		parts = append(parts, m+" "+quantiles(p.last[m]))
+	}
+	return strings.Join(parts, "; ")
 }
 
 func (p *largeProbe) count() int {
@@ -304,6 +323,7 @@ func largeBurst(t *testing.T, gws []*gateway) {
 	t.Logf("%d replica(s): probe task operations (create, get, result) idle %s, during the burst (2 x %d clients reading 8 MiB results, %v) %s; "+
 		"whole rounds (create to result, the upstream's echo included) idle %s, during the burst %s",
 		len(gws), quantiles(idleOps), clients, burst.Round(100*time.Millisecond), quantiles(duringOps), quantiles(idle), quantiles(during))
+	t.Logf("%d replica(s): probe operations during the burst by method: %s", len(gws), probe.lastByOp())
 	for _, e := range probeErrs {
 		if strings.Contains(e, "-32603") || strings.Contains(e, "unavailable") {
 			storeErrs.Add(1)

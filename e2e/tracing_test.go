@@ -319,20 +319,27 @@ func TestOpenTelemetryCollector(t *testing.T) {
 				t.Errorf("tasks/result span mcp.task.id = %q, want %q", r.attr("mcp.task.id"), task.TaskID)
 			}
 
-			// taskgate's log lines inside the traced request and call.
+			// taskgate's log lines inside the traced request and call,
+			// polled: the harness reads the process's output through a
+			// pipe, so a line written just now may not be in it yet (CI
+			// once read only the start-up lines).
 			var created, finished bool
-			for _, line := range strings.Split(gw.p.Output(), "\n") {
-				var l map[string]any
-				if json.Unmarshal([]byte(line), &l) != nil || l["task_id"] != task.TaskID {
-					continue
+			_ = e2etest.PollUntil(10*time.Second, func() (bool, error) {
+				created, finished = false, false
+				for _, line := range strings.Split(gw.p.Output(), "\n") {
+					var l map[string]any
+					if json.Unmarshal([]byte(line), &l) != nil || l["task_id"] != task.TaskID {
+						continue
+					}
+					switch l["message"] {
+					case "task created":
+						created = l["trace_id"] == e2eTraceID && l["span_id"] == srv.SpanID
+					case "task finished":
+						finished = l["trace_id"] == e2eTraceID && l["span_id"] == call.SpanID
+					}
 				}
-				switch l["message"] {
-				case "task created":
-					created = l["trace_id"] == e2eTraceID && l["span_id"] == srv.SpanID
-				case "task finished":
-					finished = l["trace_id"] == e2eTraceID && l["span_id"] == call.SpanID
-				}
-			}
+				return created && finished, nil
+			})
 			if !created || !finished {
 				t.Errorf("log lines with the span ids: task created %v, task finished %v; output:\n%s", created, finished, gw.p.Output())
 			}
