@@ -5,10 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -151,30 +149,16 @@ func TestLargePayloadsRedis(t *testing.T) {
 			before := liveHeap()
 			errs, probe := largeBurst(ctx, a, b, 50, 8<<20, time.Minute)
 			after := liveHeap()
-			// With the short timeout, a large Finish may time out on a
-			// loaded machine: 50 of them start at once, and once it has
-			// its lane, 8 MiB must reach a CPU-starved Redis within 3 s.
-			// taskgate's runner retries recording an outcome (for up to
-			// 2 minutes), so these are counted and reported; every other
-			// error fails the test.
-			var retried []error
-			errs = slices.DeleteFunc(errs, func(err error) bool {
-				var ne net.Error
-				timedOut := errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
-				if timeout < 30*time.Second && strings.HasPrefix(err.Error(), "large finish") && timedOut {
-					retried = append(retried, err)
-					return true
-				}
-				return false
-			})
+			// A large-payload operation gets at least largeOpTimeout
+			// once it has its lane, whatever the store timeout: no
+			// error is excused (before, with the 3 s timeout, a few large
+			// Finish calls timed out on a loaded machine and were only
+			// reported).
 			for _, err := range errs[:min(len(errs), 10)] {
 				t.Errorf("store error while Redis is up: %v", err)
 			}
 			if len(errs) > 10 {
 				t.Errorf("... %d store errors in all", len(errs))
-			}
-			if len(retried) > 0 {
-				t.Logf("%d of 50 large Finish calls timed out (%v); a runner retries them", len(retried), timeout)
 			}
 			t.Logf("probe create+finish+outcome during the burst: %d runs, p99 %v, max %v (idle: %d runs, p99 %v); live heap %.1f MB before, %.1f MB after",
 				len(probe), p99(probe).Round(time.Millisecond), slices.Max(append(probe, 0)).Round(time.Millisecond),
