@@ -1,12 +1,10 @@
 package taskstore
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -239,33 +237,16 @@ func checkBudget(t *testing.T, op string, got map[string]int64) {
 }
 
 // commandStats reads INFO commandstats: command -> calls, without the
-// commands of the measurement itself.
+// commands of the measurement itself (readCommandStats).
 func commandStats(t *testing.T, ctx context.Context, admin *redis.Client) map[string]int64 {
 	t.Helper()
-	info, err := admin.Info(ctx, "commandstats").Result()
+	st, err := readCommandStats(ctx, admin)
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]int64{}
-	sc := bufio.NewScanner(strings.NewReader(info))
-	for sc.Scan() {
-		name, rest, ok := strings.Cut(strings.TrimSpace(sc.Text()), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_") {
-			continue
-		}
-		name = strings.TrimPrefix(name, "cmdstat_")
-		if name == "info" || strings.HasPrefix(name, "config") {
-			continue
-		}
-		for _, kv := range strings.Split(rest, ",") {
-			if v, ok := strings.CutPrefix(kv, "calls="); ok {
-				n, err := strconv.ParseInt(v, 10, 64)
-				if err != nil {
-					t.Fatalf("commandstats %q: %v", sc.Text(), err)
-				}
-				out[name] = n
-			}
-		}
+	out := make(map[string]int64, len(st))
+	for name, c := range st {
+		out[name] = c.calls
 	}
 	return out
 }
