@@ -60,7 +60,14 @@ func TestReadLargeEventAllocs(t *testing.T) {
 		}
 	}
 	read() // fills the piece pool
-	if got := allocatedBy(read); got > size*3/2 {
+	// The least of five reads: under the race detector sync.Pool drops a
+	// quarter of what is put back at random, and a dropped piece is
+	// allocated again by the next read (CI once saw 4 of 8 dropped).
+	got := allocatedBy(read)
+	for range 4 {
+		got = min(got, allocatedBy(read))
+	}
+	if got > size*3/2 {
 		t.Errorf("reading an event of %d bytes allocated %d bytes, want at most %d", size, got, size*3/2)
 	}
 }
