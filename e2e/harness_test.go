@@ -45,6 +45,9 @@ var (
 // test binary itself runs with -race, so the children are checked too),
 // runs the tests and removes the binaries.
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(probeEnv); spec != "" {
+		os.Exit(runProbeProcess(spec)) // a child of TestLargeResultsUnderLoad
+	}
 	bins, remove, err := e2etest.Build(raceEnabled)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "e2e:", err)

@@ -4,25 +4,29 @@ package e2e
 // operation and do not stay in memory.
 
 import (
-	"github.com/taskgate/taskgate/e2e/e2etest"
-	"maps"
-	"os"
-
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/taskgate/taskgate/e2e/e2etest"
 )
 
 // Issue 22 item 5: 50 clients each create a task returning 8 MiB and read
-// its result through the other replica, twice, while a probe creates
-// small echo tasks and reads their results (create + blocking
-// tasks/result, alternating replicas). Two replicas on one redis-server,
+// its result through the other replica, twice, while a probe (a process
+// of its own with 4 clients) creates small echo tasks, polls them and
+// reads their results, alternating replicas. Two replicas on one redis-server,
 // then the embedded store (one replica). Asserted: no store error while
 // the store is up (no -32603, no "task store unavailable" logged), every
 // probe and every large result correct, and the live heap of each replica
@@ -68,128 +72,221 @@ func TestLargeResultsUnderLoad(t *testing.T) {
 // tasks/get until it is completed, and reads tasks/result, recording the
 // latency of each of these task operations (the store's and taskgate's
 // share) and of the whole round (which includes the upstream's echo).
+// It runs in a process of its own (startProbeProcess), as a client of
+// taskgate would: inside the test process its requests waited behind the
+// 50 large clients' reading and garbage collection, which added up to a
+// second to an operation taskgate had answered at once.
 type largeProbe struct {
-	mu      sync.Mutex
-	ops     []time.Duration            // create, get and result, each
-	byOp    map[string][]time.Duration // the same by method
-	last    map[string][]time.Duration // byOp at the last take
-	rounds  []time.Duration            // create to result
-	errs    []string
-	wrong   int
-	stop    chan struct{}
-	stopped chan struct{}
+	mu     sync.Mutex
+	rec    probeTake
+	stop   chan struct{}
+	active sync.WaitGroup
 }
 
-func startLargeProbe(t *testing.T, gws []*gateway) *largeProbe {
-	p := &largeProbe{stop: make(chan struct{}), stopped: make(chan struct{}), byOp: map[string][]time.Duration{}}
-	clients := make([]*loadClient, len(gws))
-	for i, gw := range gws {
-		clients[i] = newLoadClient(t, gw, "probe")
-		if err := clients[i].initialize(); err != nil {
-			t.Fatalf("probe client: %v", err)
+// probeTake is what a probe recorded since its last take.
+type probeTake struct {
+	Ops    []time.Duration            // create, get and result, each
+	ByOp   map[string][]time.Duration // the same by method
+	Rounds []time.Duration            // create to result
+	Errs   []string
+	Wrong  int
+}
+
+// probeEnv, set, makes the e2e test binary a probe process (TestMain): its
+// value is the JSON of probeSpec.
+const probeEnv = "TASKGATE_E2E_LARGE_PROBE"
+
+// probeSpec: the probe's endpoints (rounds alternate between them: a task
+// created on one is read on the next) and its concurrent workers, each
+// its own owner.
+type probeSpec struct {
+	URLs    []string
+	Workers int
+}
+
+func newLargeProbe(spec probeSpec) (*largeProbe, error) {
+	p := &largeProbe{stop: make(chan struct{}), rec: probeTake{ByOp: map[string][]time.Duration{}}}
+	for w := range spec.Workers {
+		clients := make([]*loadClient, len(spec.URLs))
+		for i, u := range spec.URLs {
+			clients[i] = &loadClient{url: u, token: fmt.Sprint("probe-", w), hc: &http.Client{Timeout: 30 * time.Second}}
+			if err := clients[i].initialize(); err != nil {
+				return nil, fmt.Errorf("probe client: %w", err)
+			}
 		}
+		p.active.Add(1)
+		go func() {
+			defer p.active.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-p.stop:
+					return
+				default:
+				}
+				if err := p.round(clients, fmt.Sprint("probe-", w, "-", i), i); err != nil {
+					p.mu.Lock()
+					p.rec.Errs = append(p.rec.Errs, err.Error())
+					p.mu.Unlock()
+				}
+			}
+		}()
 	}
-	timed := func(c *loadClient, method string, params any) (json.RawMessage, error) {
-		began := time.Now()
-		res, e, err := c.rpc(method, params)
-		took := time.Since(began)
-		if err == nil && e != nil {
-			err = fmt.Errorf("%s: %d %s", method, e.Code, e.Message)
-		}
-		if err == nil {
-			p.mu.Lock()
-			p.ops = append(p.ops, took)
-			p.byOp[method] = append(p.byOp[method], took)
-			p.mu.Unlock()
-		}
-		return res, err
+	return p, nil
+}
+
+func (p *largeProbe) timed(c *loadClient, method string, params any) (json.RawMessage, error) {
+	began := time.Now()
+	res, e, err := c.rpc(method, params)
+	took := time.Since(began)
+	if err == nil && e != nil {
+		err = fmt.Errorf("%s: %d %s", method, e.Code, e.Message)
 	}
-	round := func(i int) error {
-		text := fmt.Sprint("probe-", i)
-		c, r := clients[i%len(clients)], clients[(i+1)%len(clients)]
-		began := time.Now()
-		res, err := timed(c, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": text}, "task": map[string]any{"ttl": 20000}})
-		if err != nil {
-			return err
-		}
-		var ct struct {
-			Task wireTask `json:"task"`
-		}
-		if json.Unmarshal(res, &ct) != nil || ct.Task.TaskID == "" {
-			return fmt.Errorf("create: %s", res)
-		}
-		for g := ct.Task; g.Status != "completed"; {
-			if g.Status != "working" {
-				return fmt.Errorf("probe task %s", g.Status)
-			}
-			time.Sleep(5 * time.Millisecond) // the poll interval
-			res, err := timed(r, "tasks/get", map[string]any{"taskId": ct.Task.TaskID})
-			if err != nil {
-				return err
-			}
-			if err := json.Unmarshal(res, &g); err != nil {
-				return err
-			}
-		}
-		res, err = timed(r, "tasks/result", map[string]any{"taskId": ct.Task.TaskID})
-		if err != nil {
-			return err
-		}
-		var tr toolResult
-		if json.Unmarshal(res, &tr) != nil || tr.text() != text {
-			p.mu.Lock()
-			p.wrong++
-			p.mu.Unlock()
-			return nil
-		}
+	if err == nil {
 		p.mu.Lock()
-		p.rounds = append(p.rounds, time.Since(began))
+		p.rec.Ops = append(p.rec.Ops, took)
+		p.rec.ByOp[method] = append(p.rec.ByOp[method], took)
 		p.mu.Unlock()
+	}
+	return res, err
+}
+
+func (p *largeProbe) round(clients []*loadClient, text string, i int) error {
+	c, r := clients[i%len(clients)], clients[(i+1)%len(clients)]
+	began := time.Now()
+	res, err := p.timed(c, "tools/call", map[string]any{"name": "echo", "arguments": map[string]any{"text": text}, "task": map[string]any{"ttl": 20000}})
+	if err != nil {
+		return err
+	}
+	var ct struct {
+		Task wireTask `json:"task"`
+	}
+	if json.Unmarshal(res, &ct) != nil || ct.Task.TaskID == "" {
+		return fmt.Errorf("create: %s", res)
+	}
+	for g := ct.Task; g.Status != "completed"; {
+		if g.Status != "working" {
+			return fmt.Errorf("probe task %s", g.Status)
+		}
+		time.Sleep(5 * time.Millisecond) // the poll interval
+		res, err := p.timed(r, "tasks/get", map[string]any{"taskId": ct.Task.TaskID})
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal(res, &g); err != nil {
+			return err
+		}
+	}
+	res, err = p.timed(r, "tasks/result", map[string]any{"taskId": ct.Task.TaskID})
+	if err != nil {
+		return err
+	}
+	var tr toolResult
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if json.Unmarshal(res, &tr) != nil || tr.text() != text {
+		p.rec.Wrong++
 		return nil
 	}
-	go func() {
-		defer close(p.stopped)
-		for i := 0; ; i++ {
-			select {
-			case <-p.stop:
-				return
-			default:
-			}
-			if err := round(i); err != nil {
-				p.mu.Lock()
-				p.errs = append(p.errs, err.Error())
-				p.mu.Unlock()
-			}
+	p.rec.Rounds = append(p.rec.Rounds, time.Since(began))
+	return nil
+}
+
+// take returns what was recorded since the last take.
+func (p *largeProbe) take() probeTake {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	t := p.rec
+	p.rec = probeTake{ByOp: map[string][]time.Duration{}}
+	return t
+}
+
+// runProbeProcess is the probe process's main: it probes until its stdin
+// ends and answers each line it reads ("take") with the JSON of a take.
+func runProbeProcess(specJSON string) int {
+	var spec probeSpec
+	if err := json.Unmarshal([]byte(specJSON), &spec); err != nil {
+		fmt.Fprintln(os.Stderr, "probe:", err)
+		return 2
+	}
+	p, err := newLargeProbe(spec)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "probe:", err)
+		return 1
+	}
+	out := json.NewEncoder(os.Stdout)
+	for in := bufio.NewScanner(os.Stdin); in.Scan(); {
+		if err := out.Encode(p.take()); err != nil {
+			break
 		}
-	}()
-	return p
+	}
+	close(p.stop)
+	p.active.Wait()
+	return 0
 }
 
-// take returns the latencies and errors recorded since the last take.
-func (p *largeProbe) take() (ops, rounds []time.Duration, errs []string, wrong int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	ops, rounds, errs, wrong = p.ops, p.rounds, p.errs, p.wrong
-	p.ops, p.rounds, p.errs, p.wrong = nil, nil, nil, 0
-	p.last, p.byOp = p.byOp, map[string][]time.Duration{}
-	return
+// probeProcess is the parent's handle on a probe process.
+type probeProcess struct {
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	out  *json.Decoder
+	stop func()
 }
 
-// lastByOp formats the latencies of the last take by method.
-func (p *largeProbe) lastByOp() string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+// startProbeProcess runs a probe with workers rounds at once against gws
+// in a child process (this test binary, see TestMain).
+func startProbeProcess(t *testing.T, gws []*gateway, workers int) *probeProcess {
+	spec := probeSpec{Workers: workers}
+	for _, gw := range gws {
+		spec.URLs = append(spec.URLs, gw.URL)
+	}
+	js, _ := json.Marshal(spec)
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), probeEnv+"="+string(js))
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("probe process: %v", err)
+	}
+	pp := &probeProcess{cmd: cmd, in: in, out: json.NewDecoder(out)}
+	var once sync.Once
+	pp.stop = func() {
+		once.Do(func() {
+			_ = in.Close()
+			if err := cmd.Wait(); err != nil {
+				t.Errorf("probe process: %v", err)
+			}
+		})
+	}
+	t.Cleanup(pp.stop)
+	return pp
+}
+
+// take asks the probe for what it recorded since the last take.
+func (pp *probeProcess) take(t *testing.T) probeTake {
+	var tk probeTake
+	if _, err := io.WriteString(pp.in, "take\n"); err != nil {
+		t.Fatalf("probe process: %v", err)
+	}
+	if err := pp.out.Decode(&tk); err != nil {
+		t.Fatalf("probe process: %v", err)
+	}
+	return tk
+}
+
+// byOp formats a take's latencies by method.
+func (tk probeTake) byOp() string {
 	var parts []string
-	for _, m := range slices.Sorted(maps.Keys(p.last)) {
-		parts = append(parts, m+" "+quantiles(p.last[m]))
+	for _, m := range slices.Sorted(maps.Keys(tk.ByOp)) {
+		parts = append(parts, m+" "+quantiles(tk.ByOp[m]))
 	}
 	return strings.Join(parts, "; ")
-}
-
-func (p *largeProbe) count() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.rounds) + len(p.errs) + p.wrong
 }
 
 // largeResultOK checks a large tool's result without decoding its 8 MiB
@@ -240,19 +337,27 @@ func largeBurst(t *testing.T, gws []*gateway) {
 		size    = 8 << 20
 		clients = 50
 		slack   = 50e6 // bytes of live heap above the start
+		// probeWorkers run probe rounds at once: a few hundred samples
+		// per method make a p99 that is not just the slowest one.
+		probeWorkers = 4
 		// ttl of the large tasks: 50 of them take 20-30 s to run on a
 		// loaded 2-core machine.
 		ttl = 90 * time.Second
 	)
-	probe := startLargeProbe(t, gws)
-	defer func() {
-		close(probe.stop)
-		<-probe.stopped
-	}()
-	waitFor(t, 30*time.Second, "50 idle probe rounds", func() bool { return probe.count() >= 50 })
-	idleOps, idle, idleErrs, idleWrong := probe.take()
-	if len(idleErrs) > 0 || idleWrong > 0 {
-		t.Fatalf("idle probe: %d wrong, errors %q", idleWrong, idleErrs)
+	probe := startProbeProcess(t, gws, probeWorkers)
+	defer probe.stop()
+	// 50 idle rounds, taken together.
+	var idleTake probeTake
+	waitFor(t, 30*time.Second, "50 idle probe rounds", func() bool {
+		tk := probe.take(t)
+		idleTake.Ops = append(idleTake.Ops, tk.Ops...)
+		idleTake.Rounds = append(idleTake.Rounds, tk.Rounds...)
+		idleTake.Errs = append(idleTake.Errs, tk.Errs...)
+		idleTake.Wrong += tk.Wrong
+		return len(idleTake.Rounds)+len(idleTake.Errs)+idleTake.Wrong >= 50
+	})
+	if len(idleTake.Errs) > 0 || idleTake.Wrong > 0 {
+		t.Fatalf("idle probe: %d wrong, errors %q", idleTake.Wrong, idleTake.Errs)
 	}
 	// The metric is 0 until the first collection.
 	heap0 := make([]float64, len(gws))
@@ -319,11 +424,12 @@ func largeBurst(t *testing.T, gws []*gateway) {
 		wg.Wait()
 	}
 	burst := time.Since(began)
-	duringOps, during, probeErrs, probeWrong := probe.take()
-	t.Logf("%d replica(s): probe task operations (create, get, result) idle %s, during the burst (2 x %d clients reading 8 MiB results, %v) %s; "+
+	during := probe.take(t)
+	probeErrs, probeWrong := during.Errs, during.Wrong
+	t.Logf("%d replica(s): probe task operations (create, get, result; %d probe clients) idle %s, during the burst (2 x %d clients reading 8 MiB results, %v) %s; "+
 		"whole rounds (create to result, the upstream's echo included) idle %s, during the burst %s",
-		len(gws), quantiles(idleOps), clients, burst.Round(100*time.Millisecond), quantiles(duringOps), quantiles(idle), quantiles(during))
-	t.Logf("%d replica(s): probe operations during the burst by method: %s", len(gws), probe.lastByOp())
+		len(gws), probeWorkers, quantiles(idleTake.Ops), clients, burst.Round(100*time.Millisecond), quantiles(during.Ops), quantiles(idleTake.Rounds), quantiles(during.Rounds))
+	t.Logf("%d replica(s): probe operations during the burst by method: %s", len(gws), during.byOp())
 	for _, e := range probeErrs {
 		if strings.Contains(e, "-32603") || strings.Contains(e, "unavailable") {
 			storeErrs.Add(1)

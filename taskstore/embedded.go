@@ -423,7 +423,10 @@ func (e *Embedded) Update(_ context.Context, owner, id string, st Status, msg st
 	return t.snapshot(), nil
 }
 
-// Finish implements Store like Redis.Finish. out.Raw is copied.
+// Finish implements Store like Redis.Finish. It keeps out.Raw itself, not a
+// copy: a result of megabytes copied under the shard's lock held up every
+// other owner on the shard, and the copy was a fifth of taskgate's CPU
+// while 50 results of 8 MiB were recorded.
 func (e *Embedded) Finish(_ context.Context, owner, id string, st Status, msg string, out Outcome) (*Task, error) {
 	if st != Completed && st != Failed {
 		return nil, fmt.Errorf("taskstore: finish %s: status %q is not completed or failed", id, st)
@@ -452,13 +455,13 @@ func (e *Embedded) terminate(owner, id string, st Status, msg string, out Outcom
 }
 
 // end moves t to a terminal status: what terminateCmd does on Redis;
-// sh.mu is held.
+// sh.mu is held. t keeps out.Raw itself: the caller hands it over.
 func (sh *memShard) end(o *memOwner, t *memTask, st Status, msg string, out Outcome, keepNotes bool, now int64) {
 	t.status, t.msg, t.updated = st, msg, max(now, t.updated)
 	if out.Kind != OutcomeNone {
 		t.okind = out.Kind
 		if len(out.Raw) > 0 {
-			t.out = append(json.RawMessage(nil), out.Raw...)
+			t.out = out.Raw
 		}
 	}
 	if t.leaseIdx >= 0 {

@@ -3,6 +3,8 @@ package taskstore
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 )
@@ -113,5 +115,37 @@ func TestEmbeddedClose(t *testing.T) {
 		if !errors.Is(err, ErrUnavailable) {
 			t.Errorf("%s after Close = %v, want ErrUnavailable", op, err)
 		}
+	}
+}
+
+// TestEmbeddedFinishKeepsOutcome: Finish stores the caller's outcome bytes
+// themselves (the caller hands them over, Store.Finish), not a copy made
+// under the shard's lock: recording a 4 MiB result allocates a few
+// hundred bytes, and Outcome returns those very bytes.
+func TestEmbeddedFinishKeepsOutcome(t *testing.T) {
+	e := newNative(t, Config{})
+	ctx := context.Background()
+	raw := []byte(`{"content":[{"type":"text","text":"` + strings.Repeat("x", 4<<20) + `"}]}`)
+	task := newSessionTask(ownerA, sessA)
+	if err := e.Create(ctx, task, CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	{
+		if _, err := e.Finish(ctx, ownerA, task.ID, Completed, "", Outcome{Kind: OutcomeResult, Raw: raw}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	runtime.ReadMemStats(&after)
+	if allocs := after.TotalAlloc - before.TotalAlloc; allocs > 64<<10 {
+		t.Errorf("Finish of a %d-byte outcome allocated %d bytes; want it to keep the bytes, not copy them", len(raw), allocs)
+	}
+	_, out, err := e.Outcome(ctx, ownerA, task.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Raw) != len(raw) || &out.Raw[0] != &raw[0] {
+		t.Errorf("Outcome returned %d bytes at %p; want the %d bytes Finish was given, at %p", len(out.Raw), &out.Raw[0], len(raw), &raw[0])
 	}
 }

@@ -222,7 +222,9 @@ type Tasks interface {
 	// outbound queue it keeps the notifications (they precede the result)
 	// and drops the requests. ErrTerminal if already terminal (a late
 	// outcome after a cancel is dropped, T-59), ErrNotFound if missing or
-	// expired.
+	// expired. The store may keep out.Raw itself rather than a copy: the
+	// caller must not modify it afterwards (Outcome's Raw is read-only
+	// either way).
 	Finish(ctx context.Context, owner, id string, st Status, msg string, out Outcome) (*Task, error)
 	// Cancel moves a non-terminal task to cancelled (T-58) and returns it,
 	// deleting its outbound queue, inbox and listening mark.
