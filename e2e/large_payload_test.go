@@ -25,7 +25,7 @@ import (
 
 // Issue 22 item 5: 50 clients each create a task returning 8 MiB and read
 // its result through the other replica, twice, while a probe (a process
-// of its own with 4 clients) creates small echo tasks, polls them and
+// of its own with 2 clients) creates small echo tasks, polls them and
 // reads their results, alternating replicas. Two replicas on one redis-server,
 // then the embedded store (one replica). Asserted: no store error while
 // the store is up (no -32603, no "task store unavailable" logged), every
@@ -339,7 +339,7 @@ func largeBurst(t *testing.T, gws []*gateway) {
 		slack   = 50e6 // bytes of live heap above the start
 		// probeWorkers run probe rounds at once: a few hundred samples
 		// per method make a p99 that is not just the slowest one.
-		probeWorkers = 4
+		probeWorkers = 2
 		// ttl of the large tasks: 50 of them take 20-30 s to run on a
 		// loaded 2-core machine.
 		ttl = 90 * time.Second
