@@ -160,7 +160,9 @@ func TestUpstreamIDNamespace_E45(t *testing.T) {
 	c.initialize()
 
 	t.Run("request id", func(t *testing.T) {
-		tk := c.createTask("slow", map[string]any{"seconds": 2, "steps": 2}, nil)
+		// Long enough to be seen running on a loaded machine, where the
+		// test's requests came seconds apart.
+		tk := c.createTask("slow", map[string]any{"seconds": 8, "steps": 2}, nil)
 		waitUpstreamRunning(t, stats, 1)
 		body := []byte(`{"jsonrpc":"2.0","id":"taskgate-` + tk.TaskID + `","method":"tools/call","params":{"name":"echo","arguments":{"text":"mine"}}}`)
 		r := c.postRaw(body)
@@ -168,16 +170,16 @@ func TestUpstreamIDNamespace_E45(t *testing.T) {
 		if r.Status != http.StatusOK || r.Msg == nil || r.Msg.Error != nil || json.Unmarshal(r.Msg.Result, &res) != nil || res.text() != "mine" {
 			t.Errorf("client tools/call with id taskgate-<taskId>: HTTP %d %s; want its echo result", r.Status, r.Body)
 		}
-		c.waitStatus(tk.TaskID, "completed", 10*time.Second)
+		c.waitStatus(tk.TaskID, "completed", time.Minute)
 	})
 	t.Run("notifications/cancelled", func(t *testing.T) {
-		tk := c.createTask("slow", map[string]any{"seconds": 1, "steps": 10}, nil)
+		tk := c.createTask("slow", map[string]any{"seconds": 8, "steps": 10}, nil)
 		waitUpstreamRunning(t, stats, 1)
 		if st := c.notify("notifications/cancelled", map[string]any{"requestId": "taskgate-" + tk.TaskID}); st != http.StatusAccepted {
 			t.Errorf("notifications/cancelled: HTTP %d, want 202", st)
 		}
 		var g wireTask
-		waitFor(t, 10*time.Second, "the task to finish", func() bool {
+		waitFor(t, time.Minute, "the task to finish", func() bool {
 			g = c.getTask(tk.TaskID)
 			return g.Status != "working"
 		})
