@@ -184,6 +184,10 @@ func TestOwnTasksNativeUpstream2026(t *testing.T) {
 					mu.Lock()
 					calls = append(calls, string(rc.PostBody()))
 					mu.Unlock()
+					// A tool that takes a while: answered at once, the call
+					// could still end inside the 1 ns promote window on a
+					// loaded machine (CI saw its result returned directly).
+					time.Sleep(200 * time.Millisecond)
 					rc.SetBodyString(`{"jsonrpc":"2.0","id":` + string(msg.ID) + `,"result":{"resultType":"complete","content":[{"type":"text","text":"hi"}]}}`)
 				default:
 					rc.SetBodyString(`{"jsonrpc":"2.0","id":` + string(msg.ID) + `,"result":{"resultType":"complete"}}`)
