@@ -44,7 +44,7 @@ func TestBatchesFillOnOneProcessor(t *testing.T) {
 	const callers, reads = 32, 100
 	// The best of three rounds: a round shares the machine with whatever
 	// else runs. The most is 16 (32 callers, 2 readers); without the
-	// reader's yield, rounds measured 8.3-10.5, with it 11.2-15.9.
+	// reader's yield, rounds measured 8.3-10.7, with it 11.2-15.9.
 	best := 0.0
 	for range 3 {
 		count.pipes.Store(0)
